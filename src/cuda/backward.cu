@@ -1,0 +1,515 @@
+/*
+ * Backward kernels: dx, dgamma and dbeta of LayerNorm and RMSNorm.
+ *
+ * With xhat = (x - mean) * rstd (RMSNorm: x * rstd), or (y - beta) / gamma when the backward is
+ * given y, and g = dy * gamma:
+ *   dx     = rstd * (g - (sum(g) + xhat * sum(g * xhat)) / N)      (RMSNorm: no sum(g) term)
+ *   dgamma = sum over rows of dy * xhat,   dbeta = sum over rows of dy.
+ *
+ * dx needs two reductions along the row; dgamma/dbeta reduce down the columns. The row kernels
+ * are persistent: each CTA (or cluster) keeps fp32 dgamma/dbeta accumulators for the columns it
+ * owns across all the rows it processes, so x and dy are read exactly once, and at the end
+ * writes one partial row to the workspace. finalize_kernel then adds the partials in a fixed
+ * order: no atomics anywhere, so the results are bitwise reproducible.
+ *
+ *  bwd_warp_kernel   rows of up to 32 * VPT vectors, GROUP lanes per row, accumulators in
+ *                    registers (one partial per CTA).
+ *  bwd_row_kernel    longer rows: a CTA or a cluster per row, each CTA owning a chunk of
+ *                    columns with its accumulators in shared memory; x and dy staged in shared
+ *                    memory when they fit, else re-read (from L2) for the second pass.
+ *  stream kernels    rows too long for a cluster's shared memory: row sums per chunk
+ *                    (bwd_rowpart_kernel, bwd_rowsum_kernel), then a column pass computing dx
+ *                    and the partials (bwd_colpass_kernel). x and dy are read twice.
+ */
+#include "kernels.cuh"
+
+namespace fnorm_cuda {
+
+/* xhat and g for VEC elements. */
+template <int VEC>
+__device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, const float *gm,
+                                          const float *bt, float mu, float rs, bool from_y,
+                                          float *xh, float *g) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    xh[e] = from_y ? (xy[e] - bt[e]) / gm[e] : (xy[e] - mu) * rs;
+    g[e] = dy[e] * gm[e];
+  }
+}
+
+/* Per-row values the element loop needs. */
+__device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu,
+                                          float &rs) {
+  rs = a.rstd[row];
+  mu = (a.layernorm && !a.from_y) ? a.mean[row] : 0.f;
+}
+
+template <typename T, typename P, int VEC, int GROUP, int VPT>
+__global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
+  constexpr int EPT = VEC * VPT;
+  constexpr int ROWS_PER_WARP = 32 / GROUP;
+  __shared__ float red[256 * EPT]; /* blockDim.x <= 256 lanes, EPT columns each */
+  const int lane = threadIdx.x % GROUP;
+  const int group_in_warp = (threadIdx.x % 32) / GROUP;
+  const int64_t warp_id = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int64_t nwarps = (int64_t)gridDim.x * blockDim.x / 32;
+  const T *dy = (const T *)a.dy;
+  const T *xy = (const T *)a.xy;
+  T *dx = (T *)a.dx;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  const float inv_n = 1.f / (float)a.cols;
+  float acc_g[EPT], acc_b[EPT];
+#pragma unroll
+  for (int j = 0; j < EPT; ++j)
+    acc_g[j] = acc_b[j] = 0.f;
+
+  for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
+    const int64_t row = base + group_in_warp;
+    const bool row_ok = row < a.rows;
+    float mu = 0.f, rs = 0.f;
+    if (row_ok)
+      row_stats(a, row, mu, rs);
+    float d[EPT], xh[EPT], g[EPT];
+    float s[2] = {0.f, 0.f};
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
+      if (row_ok && col < a.cols) {
+        float xv[VEC], gm[VEC], bt[VEC];
+        load_vec<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
+        load_vec<T, VEC>(xy + row * a.xy_stride + col, xv);
+        load_param<P, VEC>(gamma, col, 1.f, gm);
+        load_param<P, VEC>(a.from_y ? beta : nullptr, col, 0.f, bt);
+        bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, a.from_y, &xh[k * VEC], &g[k * VEC]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          d[k * VEC + e] = xh[k * VEC + e] = g[k * VEC + e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < EPT; ++j) {
+      s[0] += g[j];
+      s[1] += g[j] * xh[j];
+    }
+    if (!a.layernorm)
+      s[0] = 0.f;
+    group_sum<GROUP, 2>(s);
+    if (!row_ok)
+      continue;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
+      if (col < a.cols) {
+        float out[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int j = k * VEC + e;
+          out[e] = rs * (g[j] - (s[0] + xh[j] * s[1]) * inv_n);
+          acc_g[j] += d[j] * xh[j];
+          acc_b[j] += d[j];
+        }
+        if (dx)
+          store_vec<T, VEC>(dx + row * a.dx_stride + col, out);
+      }
+    }
+  }
+  if (!a.want_dparams)
+    return;
+  /* Fold the CTA's row groups (which all own the same columns) in a fixed order. */
+  const int groups = blockDim.x / GROUP;
+  const int group = threadIdx.x / GROUP;
+  const int width = GROUP * EPT; /* columns covered by one group */
+  for (int which = 0; which < 2; ++which) {
+    const float *acc = which == 0 ? acc_g : acc_b;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        red[group * width + (k * GROUP + lane) * VEC + e] = acc[k * VEC + e];
+    __syncthreads();
+    float *out = a.partial + ((int64_t)which * a.nparts + blockIdx.x) * a.cols;
+    for (int c = threadIdx.x; c < width && c < a.cols; c += blockDim.x) {
+      float sum = 0.f;
+      for (int r = 0; r < groups; ++r)
+        sum += red[r * width + c];
+      out[c] = sum;
+    }
+    __syncthreads();
+  }
+}
+
+/* Stage the chunks of dy and x (or y) in shared memory. */
+template <typename T, int VEC>
+__device__ __forceinline__ void stage_two(Pack<T, VEC> *s0, const T *g0, Pack<T, VEC> *s1,
+                                          const T *g1, int64_t count) {
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    if (sizeof(Pack<T, VEC>) == 16) {
+      cp_async_16(&s0[i], g0 + i * VEC);
+      cp_async_16(&s1[i], g1 + i * VEC);
+    } else {
+      s0[i] = *reinterpret_cast<const Pack<T, VEC> *>(g0 + i * VEC);
+      s1[i] = *reinterpret_cast<const Pack<T, VEC> *>(g1 + i * VEC);
+    }
+  }
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+template <typename T, int VEC, bool STAGED>
+__device__ __forceinline__ void load_chunk(const Pack<T, VEC> *stage, const T *g, int64_t i,
+                                           float *out) {
+  if (STAGED) {
+    const Pack<T, VEC> pk = stage[i];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      out[e] = to_f32(pk.v[e]);
+  } else {
+    load_vec<T, VEC>(g + i * VEC, out);
+  }
+}
+
+/* The cluster is csplit x crows CTAs: CTA rank = lane * csplit + split. The csplit CTAs of a
+ * lane share one row (each owns a chunk of its columns); the crows lanes work on different
+ * rows, and at the end fold their accumulators through distributed shared memory, so that
+ * the cluster writes one partial row: crows times fewer partials to write and re-read. */
+template <typename T, typename P, int VEC, bool STAGED>
+__global__ void __launch_bounds__(512)
+    bwd_row_kernel(BwdParams a, int64_t chunk_vecs, int csplit) {
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ ReduceSmem<2> red;
+  float *acc_g = reinterpret_cast<float *>(dyn_smem);
+  float *acc_b = acc_g + chunk_vecs * VEC;
+  Pack<T, VEC> *dys = reinterpret_cast<Pack<T, VEC> *>(acc_b + chunk_vecs * VEC);
+  Pack<T, VEC> *xys = dys + chunk_vecs;
+  int csize, crank;
+  cluster_shape(csize, crank);
+  const int crows = csize / csplit, split = crank % csplit, lane = crank / csplit;
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)split * chunk_vecs;
+  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
+  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = a.from_y ? (const P *)a.beta : nullptr;
+  const float inv_n = 1.f / (float)a.cols;
+  int round = 0;
+  /* Thread t owns vectors i = t + k * blockDim.x of the chunk, and their accumulators, in
+   * every pass and every row. */
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      acc_g[i * VEC + e] = acc_b[i * VEC + e] = 0.f;
+  /* The loop bound is uniform over the cluster, so every CTA joins every cluster barrier. */
+  for (int64_t base = cluster_id * crows; base < a.rows; base += nclusters * crows) {
+    const int64_t row = base + lane;
+    const bool ok = row < a.rows;
+    const T *dyr = (const T *)a.dy + row * a.dy_stride + v0 * VEC;
+    const T *xyr = (const T *)a.xy + row * a.xy_stride + v0 * VEC;
+    T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+    float mu = 0.f, rs = 0.f;
+    float s[2] = {0.f, 0.f};
+    if (ok) {
+      if (STAGED)
+        stage_two<T, VEC>(dys, dyr, xys, xyr, count);
+      row_stats(a, row, mu, rs);
+#pragma unroll 2
+      for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        const int64_t col = (v0 + i) * VEC;
+        float d[VEC], xv[VEC], gm[VEC], bt[VEC], xh[VEC], g[VEC];
+        load_chunk<T, VEC, STAGED>(dys, dyr, i, d);
+        load_chunk<T, VEC, STAGED>(xys, xyr, i, xv);
+        load_param<P, VEC>(gamma, col, 1.f, gm);
+        load_param<P, VEC>(beta, col, 0.f, bt);
+        bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          s[0] += g[e];
+          s[1] += g[e] * xh[e];
+        }
+      }
+      if (!a.layernorm)
+        s[0] = 0.f;
+    }
+    row_sum<2>(s, red, round, lane * csplit, csplit);
+    if (!ok)
+      continue;
+#pragma unroll 2
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+      const int64_t col = (v0 + i) * VEC;
+      float d[VEC], xv[VEC], gm[VEC], bt[VEC], xh[VEC], g[VEC], out[VEC];
+      load_chunk<T, VEC, STAGED>(dys, dyr, i, d);
+      load_chunk<T, VEC, STAGED>(xys, xyr, i, xv);
+      load_param<P, VEC>(gamma, col, 1.f, gm);
+      load_param<P, VEC>(beta, col, 0.f, bt);
+      bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        out[e] = rs * (g[e] - (s[0] + xh[e] * s[1]) * inv_n);
+      if (dxr)
+        store_vec<T, VEC>(dxr + i * VEC, out);
+      if (a.want_dparams) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          acc_g[i * VEC + e] += d[e] * xh[e];
+          acc_b[i * VEC + e] += d[e];
+        }
+      }
+    }
+    if (STAGED)
+      __syncthreads(); /* the stage is read completely before the next row overwrites it */
+  }
+  if (a.want_dparams) {
+    float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
+    float *pb = a.partial + (a.nparts + cluster_id) * a.cols + v0 * VEC;
+    if (crows == 1) {
+      for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          pg[i * VEC + e] = acc_g[i * VEC + e];
+          pb[i * VEC + e] = acc_b[i * VEC + e];
+        }
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      /* Lanes hold the same columns: lane l folds entries [lo, hi) of the chunk over all
+       * lanes, in lane order. */
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      const int64_t n = count * VEC, per = (n + crows - 1) / crows;
+      const int64_t lo = lane * per, hi = lo + per < n ? lo + per : n;
+      for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        float g = 0.f, b = 0.f;
+        for (int r = 0; r < crows; ++r) {
+          g += cluster.map_shared_rank(acc_g, r * csplit + split)[j];
+          b += cluster.map_shared_rank(acc_b, r * csplit + split)[j];
+        }
+        pg[j] = g;
+        pb[j] = b;
+      }
+#endif
+    }
+  }
+  cluster_barrier(csize);
+}
+
+/* ---- stream tier: rows of any length ---- */
+
+/* Block b handles row b / nchunks, vectors [chunk * chunk_vecs, ...) of it: partial sums of g
+ * and g * xhat into rowpart[b][2]. */
+template <typename T, typename P, int VEC>
+__global__ void __launch_bounds__(256)
+    bwd_rowpart_kernel(BwdParams a, int64_t chunk_vecs, int64_t nchunks, float *rowpart) {
+  __shared__ ReduceSmem<2> red;
+  const int64_t nvec = a.cols / VEC;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = a.from_y ? (const P *)a.beta : nullptr;
+  int round = 0;
+  for (int64_t b = blockIdx.x; b < a.rows * nchunks; b += gridDim.x) {
+    const int64_t row = b / nchunks, v0 = (b % nchunks) * chunk_vecs;
+    const int64_t v1 = v0 + chunk_vecs < nvec ? v0 + chunk_vecs : nvec;
+    float mu, rs;
+    row_stats(a, row, mu, rs);
+    float s[2] = {0.f, 0.f};
+#pragma unroll 4
+    for (int64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+      const int64_t col = v * VEC;
+      float d[VEC], xv[VEC], gm[VEC], bt[VEC], xh[VEC], g[VEC];
+      load_vec<T, VEC>((const T *)a.dy + row * a.dy_stride + col, d);
+      load_vec<T, VEC>((const T *)a.xy + row * a.xy_stride + col, xv);
+      load_param<P, VEC>(gamma, col, 1.f, gm);
+      load_param<P, VEC>(beta, col, 0.f, bt);
+      bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        s[0] += g[e];
+        s[1] += g[e] * xh[e];
+      }
+    }
+    row_sum<2>(s, red, round, 0, 1);
+    if (threadIdx.x == 0) {
+      rowpart[2 * b] = a.layernorm ? s[0] : 0.f;
+      rowpart[2 * b + 1] = s[1];
+    }
+  }
+}
+
+__global__ void bwd_rowsum_kernel(const float *rowpart, int64_t rows, int64_t nchunks,
+                                  float *rowsum) {
+  for (int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; row < rows;
+       row += (int64_t)gridDim.x * blockDim.x) {
+    float s0 = 0.f, s1 = 0.f;
+    for (int64_t c = 0; c < nchunks; ++c) {
+      s0 += rowpart[2 * (row * nchunks + c)];
+      s1 += rowpart[2 * (row * nchunks + c) + 1];
+    }
+    rowsum[2 * row] = s0;
+    rowsum[2 * row + 1] = s1;
+  }
+}
+
+/* Block (cb, part): vector column cb * blockDim.x + threadIdx.x, rows of part `part`. */
+template <typename T, typename P, int VEC>
+__global__ void __launch_bounds__(256)
+    bwd_colpass_kernel(BwdParams a, const float *rowsum, int64_t rows_per_part) {
+  const int64_t nvec = a.cols / VEC;
+  const int64_t ncb = (nvec + blockDim.x - 1) / blockDim.x;
+  const int64_t part = blockIdx.x / ncb;
+  const int64_t v = (blockIdx.x % ncb) * blockDim.x + threadIdx.x;
+  if (v >= nvec)
+    return;
+  const int64_t col = v * VEC;
+  const float inv_n = 1.f / (float)a.cols;
+  float gm[VEC], bt[VEC], acc_g[VEC], acc_b[VEC];
+  load_param<P, VEC>((const P *)a.gamma, col, 1.f, gm);
+  load_param<P, VEC>(a.from_y ? (const P *)a.beta : nullptr, col, 0.f, bt);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    acc_g[e] = acc_b[e] = 0.f;
+  const int64_t r0 = part * rows_per_part;
+  const int64_t r1 = r0 + rows_per_part < a.rows ? r0 + rows_per_part : a.rows;
+#pragma unroll 4
+  for (int64_t row = r0; row < r1; ++row) {
+    float mu, rs;
+    row_stats(a, row, mu, rs);
+    const float s0 = rowsum[2 * row], s1 = rowsum[2 * row + 1];
+    float d[VEC], xv[VEC], xh[VEC], g[VEC], out[VEC];
+    load_vec<T, VEC>((const T *)a.dy + row * a.dy_stride + col, d);
+    load_vec<T, VEC>((const T *)a.xy + row * a.xy_stride + col, xv);
+    bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      out[e] = rs * (g[e] - (s0 + xh[e] * s1) * inv_n);
+      acc_g[e] += d[e] * xh[e];
+      acc_b[e] += d[e];
+    }
+    if (a.dx)
+      store_vec<T, VEC>((T *)a.dx + row * a.dx_stride + col, out);
+  }
+  if (a.want_dparams) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      a.partial[part * a.cols + col + e] = acc_g[e];
+      a.partial[(a.nparts + part) * a.cols + col + e] = acc_b[e];
+    }
+  }
+}
+
+/* dgamma[c] = sum over p of partial[p][c], p in a fixed interleaving: lane ty adds p = ty,
+ * ty + blockDim.y, ..., then the lanes are added in order ty = 0, 1, ... */
+template <typename P>
+__global__ void __launch_bounds__(1024) finalize_kernel(const float *partial, int64_t nparts,
+                                                        int64_t cols, P *dgamma, P *dbeta) {
+  __shared__ float red[32][33];
+  const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  for (int which = 0; which < 2; ++which) {
+    P *out = which == 0 ? dgamma : dbeta;
+    if (!out)
+      continue;
+    const float *src = partial + (int64_t)which * nparts * cols;
+    float s = 0.f;
+    if (col < cols)
+#pragma unroll 8
+      for (int64_t p = threadIdx.y; p < nparts; p += blockDim.y)
+        s += src[p * cols + col];
+    red[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+      float t = 0.f;
+      for (int r = 0; r < (int)blockDim.y; ++r)
+        t += red[r][threadIdx.x];
+      out[col] = from_f32<P>(t);
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, typename P, int VEC>
+static fnorm_status launch_backward_vec(const Plan &plan, const BwdParams &a, char *ws,
+                                        cudaStream_t stream) {
+  if (plan.tier == TIER_WARP) {
+    constexpr int VPT = 16 / VEC;
+    void (*k)(BwdParams) = nullptr;
+    switch (plan.group) {
+    case 32: k = bwd_warp_kernel<T, P, VEC, 32, VPT>; break;
+    case 16: k = bwd_warp_kernel<T, P, VEC, 16, VPT>; break;
+    case 8: k = bwd_warp_kernel<T, P, VEC, 8, VPT>; break;
+    case 4: k = bwd_warp_kernel<T, P, VEC, 4, VPT>; break;
+    default: return FNORM_ERR_UNSUPPORTED;
+    }
+    if (plan.vpt != VPT)
+      return FNORM_ERR_UNSUPPORTED;
+    return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+  }
+  if (plan.tier == TIER_ROW) {
+    if (plan.staged)
+      return launch_kernel(bwd_row_kernel<T, P, VEC, true>, plan.grid, plan.threads, plan.smem,
+                           plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster);
+    return launch_kernel(bwd_row_kernel<T, P, VEC, false>, plan.grid, plan.threads, plan.smem,
+                         plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster);
+  }
+  if (plan.tier == TIER_STREAM) {
+    float *rowpart = reinterpret_cast<float *>(ws + plan.ws_rowpart);
+    float *rowsum = reinterpret_cast<float *>(ws + plan.ws_rowsum);
+    int64_t blocks = a.rows * plan.nchunks;
+    if (blocks > (1 << 20))
+      blocks = 1 << 20;
+    fnorm_status s = launch_kernel(bwd_rowpart_kernel<T, P, VEC>, blocks, 256, 0, 1, stream, a,
+                                   plan.chunk, plan.nchunks, rowpart);
+    if (s != FNORM_SUCCESS)
+      return s;
+    int64_t rblocks = (a.rows + 255) / 256;
+    if (rblocks > (1 << 20))
+      rblocks = 1 << 20;
+    s = launch_kernel(bwd_rowsum_kernel, rblocks, 256, 0, 1, stream, (const float *)rowpart,
+                      a.rows, plan.nchunks, rowsum);
+    if (s != FNORM_SUCCESS)
+      return s;
+    return launch_kernel(bwd_colpass_kernel<T, P, VEC>, plan.grid, plan.threads, 0, 1, stream,
+                         a, (const float *)rowsum, plan.rows_per_part);
+  }
+  return FNORM_ERR_UNSUPPORTED;
+}
+
+template <typename T, typename P>
+fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *dbeta,
+                             void *workspace, cudaStream_t stream) {
+  constexpr int VEC = 16 / sizeof(T);
+  char *ws = static_cast<char *>(workspace);
+  a.partial = reinterpret_cast<float *>(ws + plan.ws_partial);
+  a.nparts = plan.nparts;
+  a.want_dparams = dgamma != nullptr || dbeta != nullptr;
+  fnorm_status s;
+  if (plan.vec == VEC)
+    s = launch_backward_vec<T, P, VEC>(plan, a, ws, stream);
+  else if (plan.vec == 1)
+    s = launch_backward_vec<T, P, 1>(plan, a, ws, stream);
+  else
+    s = FNORM_ERR_UNSUPPORTED;
+  if (s != FNORM_SUCCESS || !a.want_dparams)
+    return s;
+  int lanes = 1;
+  while (lanes < 32 && lanes < plan.nparts)
+    lanes *= 2;
+  const int64_t blocks = (a.cols + 31) / 32;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks, 1, 1);
+  cfg.blockDim = dim3(32, (unsigned)lanes, 1);
+  cfg.stream = stream;
+  if (cudaLaunchKernelEx(&cfg, finalize_kernel<P>, (const float *)a.partial, a.nparts, a.cols,
+                         (P *)dgamma, (P *)dbeta) != cudaSuccess)
+    return FNORM_ERR_CUDA;
+  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
+}
+
+template fnorm_status launch_backward<float, float>(const Plan &, BwdParams, void *, void *,
+                                                    void *, cudaStream_t);
+template fnorm_status launch_backward<f16, f16>(const Plan &, BwdParams, void *, void *, void *,
+                                                cudaStream_t);
+template fnorm_status launch_backward<f16, float>(const Plan &, BwdParams, void *, void *,
+                                                  void *, cudaStream_t);
+template fnorm_status launch_backward<bf16, bf16>(const Plan &, BwdParams, void *, void *,
+                                                  void *, cudaStream_t);
+template fnorm_status launch_backward<bf16, float>(const Plan &, BwdParams, void *, void *,
+                                                   void *, cudaStream_t);
+
+} // namespace fnorm_cuda

@@ -1,0 +1,201 @@
+/*
+ * Device utilities shared by the forward and backward kernels: dtype conversion, vector
+ * access, asynchronous copies into shared memory, and deterministic reductions over a group
+ * of lanes, a CTA and a thread-block cluster.
+ *
+ * Every reduction here adds in a fixed order that depends only on the launch shape, never on
+ * timing, so results are bitwise reproducible. The warp butterfly gives every lane the same
+ * bits because each pairwise step computes a+b on one lane and b+a on the other, which IEEE
+ * addition makes equal.
+ */
+#ifndef FNORM_CUDA_COMMON_CUH
+#define FNORM_CUDA_COMMON_CUH
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+namespace fnorm_cuda {
+
+namespace cg = cooperative_groups;
+
+typedef __nv_bfloat16 bf16;
+typedef __half f16;
+
+/* ---- conversions (round to nearest even on the way down) ---- */
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+/* VEC consecutive elements moved as one access (16 bytes for the vector paths). */
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(const T *p, float *out) {
+  const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC> *>(p);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    out[e] = to_f32(pk.v[e]);
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T *p, const float *in) {
+  Pack<T, VEC> pk;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    pk.v[e] = from_f32<T>(in[e]);
+  *reinterpret_cast<Pack<T, VEC> *>(p) = pk;
+}
+
+/* A parameter vector (gamma or beta); NULL reads as `fill`. */
+template <typename P, int VEC>
+__device__ __forceinline__ void load_param(const P *p, int64_t col, float fill, float *out) {
+  if (p) {
+    load_vec<P, VEC>(p + col, out);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      out[e] = fill;
+  }
+}
+
+/* ---- asynchronous global -> shared copies (sm_80+) ---- */
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* ---- reductions ---- */
+
+/* Sum over aligned groups of WIDTH lanes (a power of two <= 32); every lane gets the sum.
+ * All 32 lanes of the warp must call it. */
+template <int WIDTH, int K> __device__ __forceinline__ void group_sum(float (&v)[K]) {
+#pragma unroll
+  for (int off = WIDTH / 2; off > 0; off >>= 1)
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+}
+
+/* Shared scratch for block/cluster sums: two slots so that consecutive reductions need one
+ * barrier each (a slot is rewritten only after every thread has passed the barrier that
+ * follows its last read). */
+template <int K> struct ReduceSmem {
+  float warp[2][32][K];
+  float cta[2][K];
+};
+
+/* Sum over the CTA, then over the `count` CTAs of the cluster with ranks [first, first +
+ * count) when count > 1 (every CTA of the cluster must then call it, with the same count).
+ * Every thread of the CTA must call it, with the same `round`, which it then advances.
+ * Every thread gets the same bits. */
+template <int K>
+__device__ __forceinline__ void row_sum(float (&v)[K], ReduceSmem<K> &sm, int &round, int first,
+                                        int count) {
+  group_sum<32, K>(v);
+  const int slot = round & 1;
+  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      sm.warp[slot][warp][k] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.f;
+    for (int w = 0; w < nwarps; ++w)
+      s += sm.warp[slot][w][k];
+    v[k] = s;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (count > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0)
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        sm.cta[slot][k] = v[k];
+    cluster.sync();
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float s = 0.f;
+      for (int r = first; r < first + count; ++r)
+        s += cluster.map_shared_rank(&sm.cta[slot][k], r)[0];
+      v[k] = s;
+    }
+  }
+#else
+  (void)first;
+  (void)count;
+#endif
+  ++round;
+}
+
+/* Cluster geometry of the calling CTA: (1, 0) without a cluster or before sm_90. */
+__device__ __forceinline__ void cluster_shape(int &size, int &rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
+  size = (int)cluster.num_blocks();
+  rank = (int)cluster.block_rank();
+#else
+  size = 1;
+  rank = 0;
+#endif
+}
+
+/* Barrier over the whole cluster (no-op without one). Also keeps a CTA's shared memory alive
+ * until the rest of its cluster has read it. */
+__device__ __forceinline__ void cluster_barrier(int cluster_size) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cluster_size > 1)
+    cg::this_cluster().sync();
+#else
+  (void)cluster_size;
+#endif
+}
+
+/* LayerNorm statistics from the two reductions the kernels perform: first the plain sum
+ * (giving a first mean m1), then S1 = sum(x - m1) and S2 = sum((x - m1)^2). Centring on m1
+ * keeps S2 free of cancellation; the correction c = S1/N repairs the rounding in m1, and the
+ * kernels normalize (x - m1) - c, which stays accurate even for x = 1e4 + N(0,1). */
+struct LnStats {
+  float m1, c, rstd;
+};
+__device__ __forceinline__ LnStats ln_stats(float m1, float s1, float s2, float inv_n,
+                                            float eps) {
+  LnStats st;
+  st.m1 = m1;
+  st.c = s1 * inv_n;
+  float var = s2 * inv_n - st.c * st.c;
+  var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN must stay NaN so the row's rstd shows it */
+  st.rstd = 1.f / sqrtf(var + eps);
+  return st;
+}
+
+/* ---- host helpers ---- */
+struct DeviceInfo {
+  int device;
+  int sm_count;
+  int cc_major;
+  int max_smem_optin; /* bytes of dynamic shared memory a CTA may ask for */
+  int smem_per_sm;    /* bytes of shared memory an SM has */
+};
+
+} // namespace fnorm_cuda
+
+#endif

@@ -1,0 +1,299 @@
+/*
+ * CUDA dispatch: reads the current device's properties (no caching: the library keeps no
+ * global state), chooses the vector width and the tier for the problem, and switches on the
+ * dtype pair. Every ladder ends in FNORM_ERR_UNSUPPORTED.
+ *
+ * The choices depend only on the problem, the pointers' alignment and the device, so the
+ * same call on the same device always runs the same kernels in the same order: the results
+ * are bitwise reproducible.
+ */
+#include <type_traits>
+
+#include "kernels.cuh"
+
+using namespace fnorm_cuda;
+
+namespace {
+
+const int64_t kMaxGrid = 0x7fffffff;
+
+fnorm_status device_info(DeviceInfo *d) {
+  if (cudaGetDevice(&d->device) != cudaSuccess) {
+    cudaGetLastError();
+    return FNORM_ERR_NO_DEVICE;
+  }
+  if (cudaDeviceGetAttribute(&d->sm_count, cudaDevAttrMultiProcessorCount, d->device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&d->cc_major, cudaDevAttrComputeCapabilityMajor, d->device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&d->max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             d->device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d->smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                             d->device) != cudaSuccess)
+    return FNORM_ERR_CUDA;
+  /* Leave room for the kernels' static shared memory (reduction scratch). */
+  d->max_smem_optin -= 1024;
+  return FNORM_SUCCESS;
+}
+
+size_t dtype_bytes(fnorm_dtype t) { return t == FNORM_DTYPE_F32 ? 4 : 2; }
+
+bool aligned(const void *p, size_t a) { return p == nullptr || ((uintptr_t)p % a) == 0; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Threads for a CTA that walks `chunk` vectors: about four vectors a thread. */
+int row_threads(int64_t chunk) { return (int)min64(512, max64(64, round_up(ceil_div(chunk, 4), 32))); }
+
+const int64_t kStageTarget = 48 * 1024; /* bytes of stage per CTA: about four CTAs an SM */
+
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+  Plan pl = {};
+  pl.vec = vec;
+  const int64_t nvec = p->cols / vec;
+  if (nvec <= 256) {
+    pl.tier = TIER_WARP;
+    pl.vpt = nvec <= 128 ? 4 : 8;
+    pl.group = 4;
+    while (pl.group < 32 && (int64_t)pl.group * pl.vpt < nvec)
+      pl.group *= 2;
+    pl.threads = 256;
+    const int64_t rows_per_cta = 8 * (32 / pl.group);
+    pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 16);
+    return pl;
+  }
+  pl.tier = TIER_ROW;
+  const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
+  const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+  int c = 1;
+  while (c < max_cluster && ceil_div(nvec, c) * vbytes > kStageTarget)
+    c *= 2;
+  /* Too few rows to fill the GPU: split each row further while chunks stay sizeable. */
+  while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
+         ceil_div(nvec, 2 * c) >= 256)
+    c *= 2;
+  pl.cluster = c;
+  pl.chunk = ceil_div(nvec, c);
+  pl.staged = pl.chunk * vbytes <= dev.max_smem_optin;
+  pl.smem = pl.staged ? (size_t)(pl.chunk * vbytes) : 0;
+  pl.threads = pl.staged ? row_threads(pl.chunk) : 512;
+  pl.grid = min64(p->rows, kMaxGrid / c) * c;
+  return pl;
+}
+
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+  Plan pl = {};
+  pl.vec = vec;
+  const int64_t nvec = p->cols / vec;
+  const int vpt = 16 / vec;
+  const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
+  if (nvec <= 32 * vpt) {
+    pl.tier = TIER_WARP;
+    pl.vpt = vpt;
+    pl.group = 4;
+    while (pl.group < 32 && (int64_t)pl.group * vpt < nvec)
+      pl.group *= 2;
+    pl.threads = 256;
+    const int64_t rows_per_cta = 8 * (32 / pl.group);
+    pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
+    pl.nparts = pl.grid;
+  } else {
+    const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+    const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
+    int c = 1;
+    while (c < max_cluster && ceil_div(nvec, c) * (acc_bytes + 2 * vbytes) > kStageTarget)
+      c *= 2;
+    while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
+           ceil_div(nvec, 2 * c) >= 256)
+      c *= 2;
+    const int64_t chunk = ceil_div(nvec, c);
+    size_t smem = 0;
+    int staged = 0;
+    if (chunk * (acc_bytes + 2 * vbytes) <= dev.max_smem_optin) {
+      staged = 1;
+      smem = (size_t)(chunk * (acc_bytes + 2 * vbytes));
+    } else if (chunk * acc_bytes <= dev.max_smem_optin) {
+      smem = (size_t)(chunk * acc_bytes);
+    }
+    if (smem > 0) {
+      pl.tier = TIER_ROW;
+      pl.cluster = c;
+      pl.chunk = chunk;
+      pl.staged = staged;
+      pl.smem = smem;
+      pl.threads = row_threads(chunk);
+      /* Resident CTAs an SM, by threads and shared memory. */
+      const int64_t by_threads = 2048 / pl.threads;
+      const int64_t by_smem = (int64_t)dev.smem_per_sm / (int64_t)(smem + 1024);
+      const int64_t resident = max64(1, min64(by_threads, by_smem));
+      /* Fold the accumulators of up to 8 row lanes inside the cluster (sm_90), so that the
+       * partials written and re-read stay a small fraction of the traffic. */
+      int lanes = 1;
+      while (lanes < 8 && c * lanes * 2 <= max_cluster &&
+             p->rows >= (int64_t)dev.sm_count * resident * 2)
+        lanes *= 2;
+      pl.cluster_rows = lanes;
+      pl.nparts = max64(1, min64(ceil_div(p->rows, lanes),
+                                 (int64_t)dev.sm_count * resident / (c * lanes)));
+      pl.grid = pl.nparts * c * lanes;
+    } else {
+      pl.tier = TIER_STREAM;
+      pl.chunk = 2048;
+      pl.nchunks = ceil_div(nvec, pl.chunk);
+      pl.threads = 256;
+      const int64_t ncb = ceil_div(nvec, pl.threads);
+      int64_t parts = min64(p->rows, max64(1, ceil_div(4 * (int64_t)dev.sm_count, ncb)));
+      pl.rows_per_part = ceil_div(p->rows, parts);
+      pl.nparts = ceil_div(p->rows, pl.rows_per_part);
+      pl.grid = ncb * pl.nparts;
+    }
+  }
+  /* Workspace: partials, then (stream tier) per-chunk and per-row sums; 256-byte aligned. */
+  size_t off = 0;
+  pl.ws_partial = off;
+  off += (size_t)round_up(2 * pl.nparts * p->cols * 4, 256);
+  pl.ws_rowpart = off;
+  if (pl.tier == TIER_STREAM)
+    off += (size_t)round_up(p->rows * pl.nchunks * 2 * 4, 256);
+  pl.ws_rowsum = off;
+  if (pl.tier == TIER_STREAM)
+    off += (size_t)round_up(p->rows * 2 * 4, 256);
+  pl.ws_bytes = off;
+  return pl;
+}
+
+/* The widest access every pointer and stride allows: 16 bytes, else one element. */
+int choose_vec(const fnorm_problem *p, const void *const *rows_ptrs, const int64_t *strides,
+               int nrows_ptrs, const void *const *params, int nparams) {
+  const int vec = (int)(16 / dtype_bytes(p->dtype));
+  if (p->cols % vec != 0)
+    return 1;
+  for (int i = 0; i < nrows_ptrs; ++i)
+    if (!aligned(rows_ptrs[i], 16) || strides[i] % vec != 0)
+      return 1;
+  const size_t pbytes = (size_t)vec * dtype_bytes(p->param_dtype);
+  for (int i = 0; i < nparams; ++i)
+    if (!aligned(params[i], pbytes))
+      return 1;
+  return vec;
+}
+
+template <typename F> fnorm_status by_dtype(const fnorm_problem *p, F &&f) {
+  switch (p->dtype) {
+  case FNORM_DTYPE_F32:
+    if (p->param_dtype == FNORM_DTYPE_F32)
+      return f((float *)nullptr, (float *)nullptr);
+    return FNORM_ERR_UNSUPPORTED;
+  case FNORM_DTYPE_F16:
+    if (p->param_dtype == FNORM_DTYPE_F16)
+      return f((f16 *)nullptr, (f16 *)nullptr);
+    if (p->param_dtype == FNORM_DTYPE_F32)
+      return f((f16 *)nullptr, (float *)nullptr);
+    return FNORM_ERR_UNSUPPORTED;
+  case FNORM_DTYPE_BF16:
+    if (p->param_dtype == FNORM_DTYPE_BF16)
+      return f((bf16 *)nullptr, (bf16 *)nullptr);
+    if (p->param_dtype == FNORM_DTYPE_F32)
+      return f((bf16 *)nullptr, (float *)nullptr);
+    return FNORM_ERR_UNSUPPORTED;
+  default:
+    return FNORM_ERR_UNSUPPORTED;
+  }
+}
+
+} // namespace
+
+extern "C" fnorm_status fnorm_cuda_available(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    return FNORM_ERR_NO_DEVICE;
+  }
+  return FNORM_SUCCESS;
+}
+
+extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_forward_args *a,
+                                           void *stream) {
+  DeviceInfo dev;
+  fnorm_status s = device_info(&dev);
+  if (s != FNORM_SUCCESS)
+    return s;
+  const void *row_ptrs[2] = {a->x, a->y};
+  const int64_t strides[2] = {p->x_stride, p->y_stride};
+  const void *params[2] = {a->gamma, a->beta};
+  const Plan plan = plan_forward(p, choose_vec(p, row_ptrs, strides, 2, params, 2), dev);
+  FwdParams k = {};
+  k.x = a->x;
+  k.y = a->y;
+  k.gamma = a->gamma;
+  k.beta = a->beta;
+  k.mean = a->mean;
+  k.rstd = a->rstd;
+  k.rows = p->rows;
+  k.cols = p->cols;
+  k.x_stride = p->x_stride;
+  k.y_stride = p->y_stride;
+  k.eps = p->eps;
+  k.layernorm = p->norm == FNORM_LAYERNORM;
+  cudaStream_t st = (cudaStream_t)stream;
+  return by_dtype(p, [&](auto *t, auto *pt) {
+    return launch_forward<std::remove_pointer_t<decltype(t)>,
+                          std::remove_pointer_t<decltype(pt)>>(plan, k, st);
+  });
+}
+
+extern "C" fnorm_status fnorm_cuda_backward_workspace_size(const fnorm_problem *p,
+                                                           size_t *bytes) {
+  DeviceInfo dev;
+  fnorm_status s = device_info(&dev);
+  if (s != FNORM_SUCCESS)
+    return s;
+  /* The vector width depends on the pointers, which the query does not see: size for both. */
+  const int vec = (int)(16 / dtype_bytes(p->dtype));
+  const size_t a = plan_backward(p, vec, dev).ws_bytes;
+  const size_t b = plan_backward(p, 1, dev).ws_bytes;
+  *bytes = a > b ? a : b;
+  return FNORM_SUCCESS;
+}
+
+extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_backward_args *a,
+                                            void *workspace, size_t workspace_bytes,
+                                            void *stream) {
+  DeviceInfo dev;
+  fnorm_status s = device_info(&dev);
+  if (s != FNORM_SUCCESS)
+    return s;
+  const bool from_y = a->x == nullptr;
+  const void *xy = from_y ? a->y : a->x;
+  const int64_t xy_stride = from_y ? p->y_stride : p->x_stride;
+  const void *row_ptrs[3] = {a->dy, xy, a->dx};
+  const int64_t strides[3] = {p->dy_stride, xy_stride, p->dx_stride};
+  const void *params[2] = {a->gamma, from_y ? a->beta : nullptr};
+  const Plan plan = plan_backward(p, choose_vec(p, row_ptrs, strides, 3, params, 2), dev);
+  if (plan.ws_bytes > workspace_bytes)
+    return FNORM_ERR_WORKSPACE_TOO_SMALL;
+  BwdParams k = {};
+  k.dy = a->dy;
+  k.xy = xy;
+  k.mean = a->mean;
+  k.rstd = a->rstd;
+  k.gamma = a->gamma;
+  k.beta = a->beta;
+  k.dx = a->dx;
+  k.rows = p->rows;
+  k.cols = p->cols;
+  k.dy_stride = p->dy_stride;
+  k.xy_stride = xy_stride;
+  k.dx_stride = p->dx_stride;
+  k.layernorm = p->norm == FNORM_LAYERNORM;
+  k.from_y = from_y;
+  cudaStream_t st = (cudaStream_t)stream;
+  return by_dtype(p, [&](auto *t, auto *pt) {
+    return launch_backward<std::remove_pointer_t<decltype(t)>,
+                           std::remove_pointer_t<decltype(pt)>>(plan, k, a->dgamma, a->dbeta,
+                                                                workspace, st);
+  });
+}

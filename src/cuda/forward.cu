@@ -1,0 +1,266 @@
+/*
+ * Forward kernels: LayerNorm and RMSNorm, one pass over x (read once, y written once).
+ *
+ *  fwd_warp_kernel  rows of up to 256 vectors: GROUP lanes per row (several rows per warp for
+ *                   short rows), VPT vectors per lane held in registers.
+ *  fwd_row_kernel   longer rows: a CTA, or a cluster of CTAs that share the row through
+ *                   distributed shared memory (sm_90), each CTA owning one contiguous chunk.
+ *                   STAGED copies the chunk into shared memory with cp.async (many bytes in
+ *                   flight, no register cost) and computes from there; otherwise the chunk is
+ *                   re-read from global memory for each pass (L2 usually still holds it).
+ *
+ * Statistics (see ln_stats): LayerNorm reduces sum(x), then sum(x - m1) and sum((x - m1)^2);
+ * RMSNorm reduces sum(x^2). All in fp32 with fixed-order reductions.
+ */
+#include "kernels.cuh"
+
+namespace fnorm_cuda {
+
+template <typename T, typename P, int VEC, int GROUP, int VPT>
+__global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
+  constexpr int EPT = VEC * VPT;
+  constexpr int ROWS_PER_WARP = 32 / GROUP;
+  const int lane = threadIdx.x % GROUP;
+  const int group_in_warp = (threadIdx.x % 32) / GROUP;
+  const int64_t warp_id = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int64_t nwarps = (int64_t)gridDim.x * blockDim.x / 32;
+  const T *x = (const T *)a.x;
+  T *y = (T *)a.y;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  const float inv_n = 1.f / (float)a.cols;
+
+  /* The loop bound is uniform across the warp, so every lane reaches every shuffle. */
+  for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
+    const int64_t row = base + group_in_warp;
+    const bool row_ok = row < a.rows;
+    float v[EPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
+      if (row_ok && col < a.cols) {
+        load_vec<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = 0.f;
+      }
+    }
+    float rstd, mean_out = 0.f;
+    if (a.layernorm) {
+      float s[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        s[0] += v[j];
+      group_sum<GROUP, 2>(s);
+      const float m1 = s[0] * inv_n;
+      float t[2] = {0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const bool ok = ((int64_t)k * GROUP + lane) * VEC < a.cols;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = ok ? v[k * VEC + e] - m1 : 0.f;
+          t[0] += d;
+          t[1] += d * d;
+        }
+      }
+      group_sum<GROUP, 2>(t);
+      const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        v[j] = (v[j] - st.m1) - st.c;
+      rstd = st.rstd;
+      mean_out = st.m1 + st.c;
+    } else {
+      float s[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        s[0] += v[j] * v[j];
+      group_sum<GROUP, 2>(s);
+      rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
+    }
+    if (!row_ok)
+      continue;
+    if (lane == 0) {
+      if (a.mean)
+        a.mean[row] = mean_out;
+      if (a.rstd)
+        a.rstd[row] = rstd;
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
+      if (col < a.cols) {
+        float g[VEC], b[VEC], out[VEC];
+        load_param<P, VEC>(gamma, col, 1.f, g);
+        load_param<P, VEC>(beta, col, 0.f, b);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          out[e] = fmaf(v[k * VEC + e] * rstd, g[e], b[e]);
+        store_vec<T, VEC>(y + row * a.y_stride + col, out);
+      }
+    }
+  }
+}
+
+/* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
+template <typename T, int VEC, bool STAGED>
+__device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *row_chunk,
+                                           int64_t i, float *out) {
+  if (STAGED) {
+    const Pack<T, VEC> pk = stage[i];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      out[e] = to_f32(pk.v[e]);
+  } else {
+    load_vec<T, VEC>(row_chunk + i * VEC, out);
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void chunk_stage(Pack<T, VEC> *stage, const T *row_chunk,
+                                            int64_t count) {
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    if (sizeof(Pack<T, VEC>) == 16)
+      cp_async_16(&stage[i], row_chunk + i * VEC);
+    else
+      stage[i] = *reinterpret_cast<const Pack<T, VEC> *>(row_chunk + i * VEC);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+template <typename T, typename P, int VEC, bool STAGED>
+__global__ void __launch_bounds__(1024) fwd_row_kernel(FwdParams a, int64_t chunk_vecs) {
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ ReduceSmem<2> red;
+  Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
+  int csize, crank;
+  cluster_shape(csize, crank);
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)crank * chunk_vecs;
+  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
+  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  const float inv_n = 1.f / (float)a.cols;
+  int round = 0;
+
+  for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
+    const T *xr = (const T *)a.x + row * a.x_stride + v0 * VEC;
+    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
+    if (STAGED)
+      chunk_stage<T, VEC>(stage, xr, count);
+    float m1 = 0.f, c = 0.f, rstd;
+    if (a.layernorm) {
+      float s[2] = {0.f, 0.f};
+#pragma unroll 4
+      for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        float f[VEC];
+        chunk_load<T, VEC, STAGED>(stage, xr, i, f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          s[0] += f[e];
+      }
+      row_sum<2>(s, red, round, 0, csize);
+      m1 = s[0] * inv_n;
+      float t[2] = {0.f, 0.f};
+#pragma unroll 4
+      for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        float f[VEC];
+        chunk_load<T, VEC, STAGED>(stage, xr, i, f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = f[e] - m1;
+          t[0] += d;
+          t[1] += d * d;
+        }
+      }
+      row_sum<2>(t, red, round, 0, csize);
+      const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
+      c = st.c;
+      rstd = st.rstd;
+    } else {
+      float s[2] = {0.f, 0.f};
+#pragma unroll 4
+      for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        float f[VEC];
+        chunk_load<T, VEC, STAGED>(stage, xr, i, f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          s[0] += f[e] * f[e];
+      }
+      row_sum<2>(s, red, round, 0, csize);
+      rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
+    }
+    if (crank == 0 && threadIdx.x == 0) {
+      if (a.mean)
+        a.mean[row] = m1 + c;
+      if (a.rstd)
+        a.rstd[row] = rstd;
+    }
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+      const int64_t col = (v0 + i) * VEC;
+      float f[VEC], g[VEC], b[VEC], out[VEC];
+      chunk_load<T, VEC, STAGED>(stage, xr, i, f);
+      load_param<P, VEC>(gamma, col, 1.f, g);
+      load_param<P, VEC>(beta, col, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        out[e] = fmaf(((f[e] - m1) - c) * rstd, g[e], b[e]);
+      store_vec<T, VEC>(yr + i * VEC, out);
+    }
+    if (STAGED)
+      __syncthreads(); /* every read of the stage is done before the next row overwrites it */
+  }
+  cluster_barrier(csize);
+}
+
+template <typename T, typename P, int VEC>
+static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a,
+                                       cudaStream_t stream) {
+  if (plan.tier == TIER_WARP) {
+    void (*k)(FwdParams) = nullptr;
+    if (plan.vpt == 8 && plan.group == 32)
+      k = fwd_warp_kernel<T, P, VEC, 32, 8>;
+    else if (plan.vpt == 4 && plan.group == 32)
+      k = fwd_warp_kernel<T, P, VEC, 32, 4>;
+    else if (plan.vpt == 4 && plan.group == 16)
+      k = fwd_warp_kernel<T, P, VEC, 16, 4>;
+    else if (plan.vpt == 4 && plan.group == 8)
+      k = fwd_warp_kernel<T, P, VEC, 8, 4>;
+    else if (plan.vpt == 4 && plan.group == 4)
+      k = fwd_warp_kernel<T, P, VEC, 4, 4>;
+    else
+      return FNORM_ERR_UNSUPPORTED;
+    return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+  }
+  if (plan.tier == TIER_ROW) {
+    if (plan.staged)
+      return launch_kernel(fwd_row_kernel<T, P, VEC, true>, plan.grid, plan.threads, plan.smem,
+                           plan.cluster, stream, a, plan.chunk);
+    return launch_kernel(fwd_row_kernel<T, P, VEC, false>, plan.grid, plan.threads, plan.smem,
+                         plan.cluster, stream, a, plan.chunk);
+  }
+  return FNORM_ERR_UNSUPPORTED;
+}
+
+template <typename T, typename P>
+fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
+  constexpr int VEC = 16 / sizeof(T);
+  if (plan.vec == VEC)
+    return launch_forward_vec<T, P, VEC>(plan, a, stream);
+  if (plan.vec == 1)
+    return launch_forward_vec<T, P, 1>(plan, a, stream);
+  return FNORM_ERR_UNSUPPORTED;
+}
+
+template fnorm_status launch_forward<float, float>(const Plan &, const FwdParams &, cudaStream_t);
+template fnorm_status launch_forward<f16, f16>(const Plan &, const FwdParams &, cudaStream_t);
+template fnorm_status launch_forward<f16, float>(const Plan &, const FwdParams &, cudaStream_t);
+template fnorm_status launch_forward<bf16, bf16>(const Plan &, const FwdParams &, cudaStream_t);
+template fnorm_status launch_forward<bf16, float>(const Plan &, const FwdParams &, cudaStream_t);
+
+} // namespace fnorm_cuda

@@ -1,0 +1,111 @@
+/*
+ * What dispatch.cu hands to the kernel files: kernel parameters, launch plans, and the
+ * launchers (templates over the activation dtype T and the parameter dtype P, explicitly
+ * instantiated in forward.cu and backward.cu for the five supported pairs).
+ */
+#ifndef FNORM_CUDA_KERNELS_CUH
+#define FNORM_CUDA_KERNELS_CUH
+
+#include "common.cuh"
+
+namespace fnorm_cuda {
+
+struct FwdParams {
+  const void *x;
+  void *y;
+  const void *gamma; /* NULL: 1 */
+  const void *beta;  /* NULL: 0 */
+  float *mean;       /* NULL: not written */
+  float *rstd;       /* NULL: not written */
+  int64_t rows, cols, x_stride, y_stride;
+  float eps;
+  int layernorm;
+};
+
+struct BwdParams {
+  const void *dy;
+  const void *xy; /* x, or y when from_y */
+  const float *mean;
+  const float *rstd;
+  const void *gamma;
+  const void *beta;
+  void *dx; /* NULL: not written */
+  int64_t rows, cols, dy_stride, xy_stride, dx_stride;
+  int layernorm;
+  int from_y;
+  int want_dparams; /* dgamma or dbeta requested */
+  /* dgamma/dbeta partials in the workspace: [nparts][cols] for gamma, then the same for beta */
+  float *partial;
+  int64_t nparts;
+};
+
+/* Tiers, by row length: */
+enum Tier {
+  TIER_WARP = 1,  /* a group of 4..32 lanes per row, the row in registers, several rows a warp */
+  TIER_ROW = 2,   /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row; chunks staged in shared
+                     memory (or, when too large, re-read from global memory / L2) */
+  TIER_STREAM = 3 /* backward only: rows of any length, in column blocks over several kernels */
+};
+
+struct Plan {
+  int tier;
+  int vec;        /* elements per access: 16 / sizeof(T) on the vector path, else 1 */
+  int group;      /* TIER_WARP: lanes per row */
+  int vpt;        /* TIER_WARP: vectors per lane */
+  int cluster;    /* TIER_ROW: CTAs per row */
+  int cluster_rows; /* TIER_ROW backward: rows a cluster works on at once (cluster of
+                       cluster * cluster_rows CTAs) */
+  int staged;     /* TIER_ROW: the row chunk is staged in shared memory */
+  int threads;    /* CTA size */
+  int64_t grid;   /* CTAs launched */
+  int64_t chunk;  /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
+  size_t smem;    /* dynamic shared memory per CTA */
+  int64_t nparts; /* backward: dgamma/dbeta partial rows */
+  /* TIER_STREAM (backward) */
+  int64_t nchunks;       /* row chunks per row in the first kernel */
+  int64_t rows_per_part; /* rows per column-pass CTA */
+  size_t ws_partial, ws_rowpart, ws_rowsum; /* byte offsets into the workspace */
+  size_t ws_bytes;
+};
+
+template <typename T, typename P>
+fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t stream);
+template <typename T, typename P>
+fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *dbeta,
+                             void *workspace, cudaStream_t stream);
+
+/* Launch a kernel with a cluster dimension (when cluster > 1), dynamic shared memory and
+ * the attributes both need; returns FNORM_ERR_CUDA on any failure. */
+template <typename... KArgs, typename... Args>
+fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, size_t smem,
+                           int cluster, cudaStream_t stream, Args... args) {
+  if (smem > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+          cudaSuccess)
+    return FNORM_ERR_CUDA;
+  if (cluster > 8 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+          cudaSuccess)
+    return FNORM_ERR_CUDA;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.blockDim = dim3((unsigned)threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (cluster > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess)
+    return FNORM_ERR_CUDA;
+  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
+}
+
+} // namespace fnorm_cuda
+
+#endif
