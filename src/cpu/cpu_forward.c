@@ -4,10 +4,13 @@
  * Each row is streamed in chunks (no scratch beyond a few stack buffers, whatever the row
  * length): LayerNorm reads the row three times (mean, then the sum of squared deviations from
  * that mean, then y); RMSNorm twice (mean square, then y). The row passes after the first hit
- * L1/L2 for all but enormous rows. Statistics are accumulated in double, which keeps the
- * two-pass variance accurate even for rows far from zero mean and cannot overflow for any fp32
- * input; y is computed in fp32 from the double statistics (see normalize_chunk).
+ * L1/L2 for all but enormous rows. The mean is accumulated in double; the squared deviations
+ * from that accurate mean in fp32 blocks summed in double (sum_squares_baseline), with a double
+ * fallback for rows beyond fp32's range, which keeps the two-pass variance accurate even for
+ * rows far from zero mean; y is computed in fp32 from these statistics
+ * (normalize_store_baseline). Output of large problems is written with streaming stores.
  */
+#include <float.h>
 #include <math.h>
 
 #include "cpu_internal.h"
@@ -16,8 +19,20 @@
  * stack: 3 * 16 KiB, which stays in L1/L2 and is modest for any thread's stack. */
 #define FNORM_CPU_RESIDENT_COLS 4096
 
-/* Independent double accumulators in the row sums (a power of two). */
+/* Independent accumulators in the row sums (a power of two). */
 #define FNORM_CPU_LANES 16
+
+/* The squared deviations are summed in fp32 over blocks of this many elements (a multiple of
+ * FNORM_CPU_LANES), each block's sum then in double. */
+#define FNORM_CPU_SQUARE_BLOCK 64
+
+/* Rows shorter than this sum their squares in double: with few fp32 blocks the blocks' roundings
+ * do not average out, and rstd could be off by more than an ulp. */
+#define FNORM_CPU_SQUARES_MIN_COLS 1024
+
+/* Below this mean square (per element) the fp32 squares may have lost bits to underflow, and the
+ * row's squares are summed again in double. */
+#define FNORM_CPU_SQUARES_MIN 0x1p-100
 
 /* Stack buffers of one thread. */
 typedef struct forward_buffers {
@@ -29,7 +44,301 @@ typedef struct forward_buffers {
   float zeros[FNORM_CPU_CHUNK]; /* stands in for a NULL beta */
 } forward_buffers;
 
-/* The portable variant, built for the compiler's baseline instruction set. */
+/* ---------------------------------------------------------------------------------------------
+ * Chunk kernels. Each exists in a portable form and, on x86, in an AVX2 form that does the same
+ * operations in the same order (the vector lanes are the portable form's accumulators), so both
+ * give bitwise the same results.
+ * ------------------------------------------------------------------------------------------- */
+/* Adds the accumulators pairwise in a fixed order. */
+static double add_lanes(double *acc) {
+  for (int width = FNORM_CPU_LANES / 2; width > 0; width /= 2) {
+    for (int k = 0; k < width; k++) {
+      acc[k] += acc[k + width];
+    }
+  }
+  return acc[0];
+}
+
+static float add_lanes_f32(float *acc) {
+  for (int width = FNORM_CPU_LANES / 2; width > 0; width /= 2) {
+    for (int k = 0; k < width; k++) {
+      acc[k] += acc[k + width];
+    }
+  }
+  return acc[0];
+}
+
+/* Sum of v[0..n) in double. Sixteen independent accumulators hide the latency of the adds
+ * without reassociating anything; the order is fixed, so the result is reproducible. */
+static double sum_chunk(const float *restrict v, int n) {
+  double acc[FNORM_CPU_LANES] = {0};
+  int i = 0;
+  for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
+    for (int k = 0; k < FNORM_CPU_LANES; k++) {
+      acc[k] += (double)v[i + k];
+    }
+  }
+  double tail = 0.0;
+  for (; i < n; i++) {
+    tail += (double)v[i];
+  }
+  return add_lanes(acc) + tail;
+}
+
+/* Sum of (v[i] - center)^2, all in double: the fallback for rows whose squares leave the range
+ * of fp32 (see forward_rows). */
+static double sum_squares_double(const float *restrict v, int n, double center) {
+  double acc[FNORM_CPU_LANES] = {0};
+  int i = 0;
+  for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
+    for (int k = 0; k < FNORM_CPU_LANES; k++) {
+      double d = (double)v[i + k] - center;
+      acc[k] += d * d;
+    }
+  }
+  double tail = 0.0;
+  for (; i < n; i++) {
+    double d = (double)v[i] - center;
+    tail += d * d;
+  }
+  return add_lanes(acc) + tail;
+}
+
+/* The mean pass: chunk [start, start + n) of a row as floats (fp32 in place, else converted into
+ * `buffer`), and its sum in double (sum_chunk). */
+static double load_sum_baseline(fnorm_dtype dtype, const void *base, int64_t start, int n,
+                                float *buffer) {
+  return sum_chunk(fnorm_cpu_load(dtype, base, start, n, buffer), n);
+}
+
+/* Sum of d^2, d = (v[i] - center_hi) - center_lo, for the variance around an accurate center.
+ * d and d^2 are fp32 and summed in fp32 over blocks of FNORM_CPU_SQUARE_BLOCK elements (sixteen
+ * lanes, added pairwise); each block's sum goes into a double. The terms are all positive, so
+ * a block's sum is within a few fp32 roundings (relative) of exact, and the whole sum, hence
+ * rstd, stays within about an fp32 ulp, at a fraction of the cost of double per element. The
+ * caller checks the result for overflow and underflow. The last n % FNORM_CPU_SQUARE_BLOCK
+ * elements, too few for their roundings to average out, are done in double. */
+static double sum_squares_baseline(const float *restrict v, int n, double center, float center_hi,
+                                   float center_lo) {
+  double total = 0.0;
+  int i = 0;
+  for (; i + FNORM_CPU_SQUARE_BLOCK <= n; i += FNORM_CPU_SQUARE_BLOCK) {
+    float acc[FNORM_CPU_LANES] = {0};
+    for (int j = 0; j < FNORM_CPU_SQUARE_BLOCK; j += FNORM_CPU_LANES) {
+      for (int k = 0; k < FNORM_CPU_LANES; k++) {
+        float d = (v[i + j + k] - center_hi) - center_lo;
+        acc[k] += d * d;
+      }
+    }
+    total += (double)add_lanes_f32(acc);
+  }
+  for (; i < n; i++) {
+    double d = (double)v[i] - center; /* a short tail in double: too few terms to average out */
+    total += d * d;
+  }
+  return total;
+}
+
+/* y = ((x - center_hi) - center_lo) * rstd * gamma + beta in fp32, where center_hi + center_lo
+ * is the double center split into two floats. x - center_hi is one rounding of the exact
+ * difference, and center_lo restores the part of the center that fp32 cannot hold, so even for
+ * rows far from zero mean (1e4 + N(0, 1)) y is within a few fp32 ulps of exact, at a fraction of
+ * the cost of double arithmetic in this, the heaviest pass. Then stored as dtype. */
+static void normalize_store_baseline(fnorm_dtype dtype, const float *restrict x,
+                                     const float *restrict gamma, const float *restrict beta,
+                                     void *y_row, int64_t start, int n, float center_hi,
+                                     float center_lo, float rstd, int stream, float *scratch) {
+  (void)stream;
+  for (int i = 0; i < n; i++) {
+    scratch[i] = ((x[i] - center_hi) - center_lo) * rstd * gamma[i] + beta[i];
+  }
+  fnorm_cpu_store(dtype, y_row, start, n, scratch);
+}
+
+static const float *load_baseline(fnorm_dtype dtype, const void *base, int64_t start, int count,
+                                  float *buffer) {
+  return fnorm_cpu_load(dtype, base, start, count, buffer);
+}
+
+static const float *load_param_baseline(fnorm_dtype dtype, const void *base, int64_t start,
+                                        int count, float *buffer, const float *fill_buffer) {
+  return fnorm_cpu_load_param(dtype, base, start, count, buffer, fill_buffer);
+}
+
+static void end_stores_baseline(int stream) {
+  (void)stream;
+}
+
+#if FNORM_CPU_X86_DISPATCH
+/* Adds 4 floats to 4 doubles each of acc_low and acc_high (lanes 4k..4k+3 of the portable
+ * accumulators live in vector k). */
+#define FNORM_ACCUMULATE_8(acc_low, acc_high, v)                                                   \
+  do {                                                                                             \
+    acc_low = _mm256_add_pd(acc_low, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));                  \
+    acc_high = _mm256_add_pd(acc_high, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));              \
+  } while (0)
+
+FNORM_CPU_AVX2_TARGET static double add_lanes_avx2(__m256d acc0, __m256d acc1, __m256d acc2,
+                                                   __m256d acc3) {
+  double acc[FNORM_CPU_LANES];
+  _mm256_storeu_pd(acc, acc0);
+  _mm256_storeu_pd(acc + 4, acc1);
+  _mm256_storeu_pd(acc + 8, acc2);
+  _mm256_storeu_pd(acc + 12, acc3);
+  return add_lanes(acc);
+}
+
+FNORM_CPU_AVX2_TARGET static double load_sum_avx2(fnorm_dtype dtype, const void *base,
+                                                  int64_t start, int n, float *buffer) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  const uint16_t *half = (const uint16_t *)base + start;
+  const float *v = (const float *)base + start;
+  int i = 0;
+  switch (dtype) {
+  case FNORM_DTYPE_F32:
+    for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
+      const __m256 v0 = _mm256_loadu_ps(v + i);
+      const __m256 v1 = _mm256_loadu_ps(v + i + 8);
+      FNORM_ACCUMULATE_8(acc0, acc1, v0);
+      FNORM_ACCUMULATE_8(acc2, acc3, v1);
+    }
+    break;
+  case FNORM_DTYPE_F16:
+  case FNORM_DTYPE_BF16: {
+    const int bf16 = dtype == FNORM_DTYPE_BF16;
+    for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
+      const __m256 v0 =
+          bf16 ? fnorm_cpu_avx2_from_bf16(half + i) : fnorm_cpu_avx2_from_f16(half + i);
+      const __m256 v1 =
+          bf16 ? fnorm_cpu_avx2_from_bf16(half + i + 8) : fnorm_cpu_avx2_from_f16(half + i + 8);
+      _mm256_storeu_ps(buffer + i, v0);
+      _mm256_storeu_ps(buffer + i + 8, v1);
+      FNORM_ACCUMULATE_8(acc0, acc1, v0);
+      FNORM_ACCUMULATE_8(acc2, acc3, v1);
+    }
+    /* The tail, converted the portable way. */
+    fnorm_cpu_load(dtype, half + i, 0, n - i, buffer + i);
+    v = buffer;
+    break;
+  }
+  case FNORM_DTYPE_SAME:
+    return 0.0; /* unreachable: dtypes are checked first */
+  }
+  double tail = 0.0;
+  for (; i < n; i++) {
+    tail += (double)v[i];
+  }
+  return add_lanes_avx2(acc0, acc1, acc2, acc3) + tail;
+}
+
+/* d = (v - center_hi) - center_lo; acc += d * d, on 8 lanes. */
+#define FNORM_SQUARE_8(acc, v, hi, lo)                                                             \
+  do {                                                                                             \
+    const __m256 d_ = _mm256_sub_ps(_mm256_sub_ps(v, hi), lo);                                     \
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(d_, d_));                                               \
+  } while (0)
+
+FNORM_CPU_AVX2_TARGET static double sum_squares_avx2(const float *restrict v, int n, double center,
+                                                     float center_hi, float center_lo) {
+  const __m256 hi = _mm256_set1_ps(center_hi);
+  const __m256 lo = _mm256_set1_ps(center_lo);
+  double total = 0.0;
+  int i = 0;
+  for (; i + FNORM_CPU_SQUARE_BLOCK <= n; i += FNORM_CPU_SQUARE_BLOCK) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* lanes 0..7 and 8..15 */
+    for (int j = 0; j < FNORM_CPU_SQUARE_BLOCK; j += FNORM_CPU_LANES) {
+      FNORM_SQUARE_8(acc0, _mm256_loadu_ps(v + i + j), hi, lo);
+      FNORM_SQUARE_8(acc1, _mm256_loadu_ps(v + i + j + 8), hi, lo);
+    }
+    /* add_lanes_f32: widths 8, 4, 2, 1. */
+    const __m256 w8 = _mm256_add_ps(acc0, acc1);
+    const __m128 w4 = _mm_add_ps(_mm256_castps256_ps128(w8), _mm256_extractf128_ps(w8, 1));
+    const __m128 w2 = _mm_add_ps(w4, _mm_movehl_ps(w4, w4));
+    const __m128 w1 = _mm_add_ss(w2, _mm_shuffle_ps(w2, w2, 1));
+    total += (double)_mm_cvtss_f32(w1);
+  }
+  for (; i < n; i++) {
+    double d = (double)v[i] - center; /* a short tail in double: too few terms to average out */
+    total += d * d;
+  }
+  return total;
+}
+
+/* normalize_store_baseline on 8 lanes. */
+FNORM_CPU_AVX2_TARGET static inline __m256 normalize_8(const float *x, const float *gamma,
+                                                       const float *beta, __m256 hi, __m256 lo,
+                                                       __m256 rstd) {
+  __m256 v = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x), hi), lo);
+  v = _mm256_mul_ps(_mm256_mul_ps(v, rstd), _mm256_loadu_ps(gamma));
+  return _mm256_add_ps(v, _mm256_loadu_ps(beta));
+}
+
+FNORM_CPU_AVX2_TARGET static void
+normalize_store_avx2(fnorm_dtype dtype, const float *restrict x, const float *restrict gamma,
+                     const float *restrict beta, void *y_row, int64_t start, int n, float center_hi,
+                     float center_lo, float rstd, int stream, float *scratch) {
+  const __m256 hi = _mm256_set1_ps(center_hi);
+  const __m256 lo = _mm256_set1_ps(center_lo);
+  const __m256 r = _mm256_set1_ps(rstd);
+  const size_t elem = fnorm_cpu_dtype_bytes(dtype);
+  int i = 0;
+  if (stream) {
+    /* Streaming stores need 32-byte alignment: the unaligned head goes the portable way. */
+    const uintptr_t target = (uintptr_t)y_row + (size_t)start * elem;
+    while (i < n && ((target + (size_t)i * elem) & 31u) != 0) {
+      i++;
+    }
+    normalize_store_baseline(dtype, x, gamma, beta, y_row, start, i, center_hi, center_lo, rstd, 0,
+                             scratch);
+  }
+  if (dtype == FNORM_DTYPE_F32) {
+    float *y = (float *)y_row + start;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = normalize_8(x + i, gamma + i, beta + i, hi, lo, r);
+      if (stream) {
+        _mm256_stream_ps(y + i, v);
+      } else {
+        _mm256_storeu_ps(y + i, v);
+      }
+    }
+  } else {
+    uint16_t *y = (uint16_t *)y_row + start;
+    const int bf16 = dtype == FNORM_DTYPE_BF16;
+    for (; i + 16 <= n; i += 16) {
+      const __m256 v0 = normalize_8(x + i, gamma + i, beta + i, hi, lo, r);
+      const __m256 v1 = normalize_8(x + i + 8, gamma + i + 8, beta + i + 8, hi, lo, r);
+      const __m256i h = bf16 ? fnorm_cpu_avx2_to_bf16_16(v0, v1) : fnorm_cpu_avx2_to_f16_16(v0, v1);
+      if (stream) {
+        _mm256_stream_si256((__m256i *)(void *)(y + i), h);
+      } else {
+        _mm256_storeu_si256((__m256i *)(void *)(y + i), h);
+      }
+    }
+  }
+  normalize_store_baseline(dtype, x + i, gamma + i, beta + i, y_row, start + i, n - i, center_hi,
+                           center_lo, rstd, 0, scratch);
+}
+
+FNORM_CPU_AVX2_TARGET static const float *load_avx2(fnorm_dtype dtype, const void *base,
+                                                    int64_t start, int count, float *buffer) {
+  return fnorm_cpu_load_avx2(dtype, base, start, count, buffer);
+}
+
+FNORM_CPU_AVX2_TARGET static const float *load_param_avx2(fnorm_dtype dtype, const void *base,
+                                                          int64_t start, int count, float *buffer,
+                                                          const float *fill_buffer) {
+  return fnorm_cpu_load_param_avx2(dtype, base, start, count, buffer, fill_buffer);
+}
+
+/* Orders this thread's streaming stores before whatever follows (the end of the call). */
+FNORM_CPU_AVX2_TARGET static void end_stores_avx2(int stream) {
+  if (stream) {
+    _mm_sfence();
+  }
+}
+#endif
+
+/* The row loop, once per variant: cpu_forward_impl.h uses FNORM_FORWARD_NAME(kernel). */
 #define FNORM_FORWARD_NAME(name) name##_baseline
 #define FNORM_FORWARD_TARGET
 #include "cpu_forward_impl.h"
@@ -37,25 +346,24 @@ typedef struct forward_buffers {
 #undef FNORM_FORWARD_TARGET
 
 #if FNORM_CPU_X86_DISPATCH
-/* The same code for AVX2 (4 doubles or 8 floats a vector, and the byte/word widening loads the
- * bf16/fp16 conversions need), chosen at run time. No FMA, to stay bitwise equal to the
- * baseline. */
 #define FNORM_FORWARD_NAME(name) name##_avx2
-#define FNORM_FORWARD_TARGET __attribute__((target("avx2")))
+#define FNORM_FORWARD_TARGET FNORM_CPU_AVX2_TARGET
 #include "cpu_forward_impl.h"
 #undef FNORM_FORWARD_NAME
 #undef FNORM_FORWARD_TARGET
 #endif
 
 static void forward_rows(const fnorm_problem *p, const fnorm_forward_args *a, int64_t first,
-                         int64_t end, forward_buffers *buf) {
+                         int64_t end, int simd, int stream, forward_buffers *buf) {
 #if FNORM_CPU_X86_DISPATCH
-  if (fnorm_cpu_has_avx2()) {
-    forward_rows_avx2(p, a, first, end, buf);
+  if (simd) {
+    forward_rows_avx2(p, a, first, end, stream, buf);
     return;
   }
+#else
+  (void)simd;
 #endif
-  forward_rows_baseline(p, a, first, end, buf);
+  forward_rows_baseline(p, a, first, end, stream, buf);
 }
 
 fnorm_status fnorm_cpu_forward(const fnorm_problem *p, const fnorm_forward_args *a) {
@@ -67,9 +375,12 @@ fnorm_status fnorm_cpu_forward(const fnorm_problem *p, const fnorm_forward_args 
   }
   const int64_t rows = p->rows;
   const int team = fnorm_cpu_team_size(p->cpu_threads, rows, p->cols);
+  const int simd = fnorm_cpu_simd();
+  const int stream = (uint64_t)rows * (uint64_t)p->cols * fnorm_cpu_dtype_bytes(p->dtype) >=
+                     FNORM_CPU_STREAM_BYTES;
   if (team == 1) {
     forward_buffers buf;
-    forward_rows(p, a, 0, rows, &buf);
+    forward_rows(p, a, 0, rows, simd, stream, &buf);
     return FNORM_SUCCESS;
   }
 #ifdef _OPENMP
@@ -82,7 +393,7 @@ fnorm_status fnorm_cpu_forward(const fnorm_problem *p, const fnorm_forward_args 
     int64_t first, end;
     fnorm_cpu_split(rows, threads, thread, &first, &end);
     forward_buffers buf;
-    forward_rows(p, a, first, end, &buf);
+    forward_rows(p, a, first, end, simd, stream, &buf);
   }
 #endif
   return FNORM_SUCCESS;

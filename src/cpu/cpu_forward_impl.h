@@ -1,88 +1,30 @@
 /*
- * The forward's row kernels, compiled once per instruction set: cpu_forward.c includes this file
- * with FNORM_FORWARD_NAME(name) (a suffix per variant) and FNORM_FORWARD_TARGET (a target
- * attribute, or nothing) defined. Every variant does the same operations in the same order, and
- * no variant lets the compiler fuse multiply-adds, so all of them give bitwise the same result.
+ * The forward's row loop, compiled once per instruction set: cpu_forward.c includes this file
+ * with FNORM_FORWARD_NAME(name) (a suffix per variant, naming that variant's chunk kernels) and
+ * FNORM_FORWARD_TARGET (a target attribute, or nothing) defined. Every variant does the same
+ * operations in the same order, so all of them give bitwise the same result.
  */
-
-/* Adds the accumulators pairwise in a fixed order. */
-FNORM_FORWARD_TARGET static double FNORM_FORWARD_NAME(add_lanes)(double *acc) {
-  for (int width = FNORM_CPU_LANES / 2; width > 0; width /= 2) {
-    for (int k = 0; k < width; k++) {
-      acc[k] += acc[k + width];
-    }
-  }
-  return acc[0];
-}
-
-/* Sum of v[0..n) in double. Sixteen independent accumulators let the compiler vectorize the loop
- * without reassociating anything and hide the latency of the adds (four chains of 4 doubles
- * with AVX2); the order is fixed, so the result is reproducible. */
-FNORM_FORWARD_TARGET static double FNORM_FORWARD_NAME(sum_chunk)(const float *restrict v, int n) {
-  double acc[FNORM_CPU_LANES] = {0};
-  int i = 0;
-  for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
-    for (int k = 0; k < FNORM_CPU_LANES; k++) {
-      acc[k] += (double)v[i + k];
-    }
-  }
-  double tail = 0.0;
-  for (; i < n; i++) {
-    tail += (double)v[i];
-  }
-  return FNORM_FORWARD_NAME(add_lanes)(acc) + tail;
-}
-
-/* Sum of (v[i] - center)^2 in double, same scheme as sum_chunk. */
-FNORM_FORWARD_TARGET static double
-FNORM_FORWARD_NAME(sum_squared_deviation_chunk)(const float *restrict v, int n, double center) {
-  double acc[FNORM_CPU_LANES] = {0};
-  int i = 0;
-  for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
-    for (int k = 0; k < FNORM_CPU_LANES; k++) {
-      double d = (double)v[i + k] - center;
-      acc[k] += d * d;
-    }
-  }
-  double tail = 0.0;
-  for (; i < n; i++) {
-    double d = (double)v[i] - center;
-    tail += d * d;
-  }
-  return FNORM_FORWARD_NAME(add_lanes)(acc) + tail;
-}
-
-/* y = ((x - center_hi) - center_lo) * rstd * gamma + beta in fp32, where center_hi + center_lo
- * is the double center split into two floats. x - center_hi is one rounding of the exact
- * difference, and center_lo restores the part of the center that fp32 cannot hold, so even for
- * rows far from zero mean (1e4 + N(0, 1)) y is within a few fp32 ulps of exact, at a fraction of
- * the cost of double arithmetic in this, the heaviest pass. */
-FNORM_FORWARD_TARGET static void
-FNORM_FORWARD_NAME(normalize_chunk)(const float *restrict x, const float *restrict gamma,
-                                    const float *restrict beta, float *restrict y, int n,
-                                    float center_hi, float center_lo, float rstd) {
-  for (int i = 0; i < n; i++) {
-    y[i] = ((x[i] - center_hi) - center_lo) * rstd * gamma[i] + beta[i];
-  }
-}
 
 /* Chunk [start, start + n) of a row: from the resident fp32 copy when there is one, else
  * loaded (converted) into `scratch`. */
 FNORM_FORWARD_TARGET static const float *
 FNORM_FORWARD_NAME(chunk_of)(const float *resident, fnorm_dtype dtype, const void *base,
                              int64_t start, int n, float *scratch) {
-  return resident != NULL ? resident + start : fnorm_cpu_load(dtype, base, start, n, scratch);
+  return resident != NULL ? resident + start
+                          : FNORM_FORWARD_NAME(load)(dtype, base, start, n, scratch);
 }
 
 /* Rows [first, end). RMSNorm is LayerNorm with the center fixed at 0 instead of the mean. */
-FNORM_FORWARD_TARGET static void FNORM_FORWARD_NAME(forward_rows)(const fnorm_problem *p,
-                                                                  const fnorm_forward_args *a,
-                                                                  int64_t first, int64_t end,
-                                                                  forward_buffers *buf) {
+FNORM_FORWARD_TARGET static void
+FNORM_FORWARD_NAME(forward_rows)(const fnorm_problem *p, const fnorm_forward_args *a, int64_t first,
+                                 int64_t end, int stream, forward_buffers *buf) {
   const int64_t cols = p->cols;
+  const fnorm_dtype dtype = p->dtype;
   /* Short rows are converted to fp32 once and then read from L1 by every pass; gamma and beta
    * once per call. Long rows are converted chunk by chunk in each pass. */
   const int resident = cols <= FNORM_CPU_RESIDENT_COLS;
+  /* fp32 blocks of squares for rows long enough that their roundings average out. */
+  const int fp32_squares = cols >= FNORM_CPU_SQUARES_MIN_COLS;
   const float *gamma_resident = NULL;
   const float *beta_resident = NULL;
   for (int i = 0; i < FNORM_CPU_CHUNK; i++) {
@@ -93,10 +35,10 @@ FNORM_FORWARD_TARGET static void FNORM_FORWARD_NAME(forward_rows)(const fnorm_pr
     for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
       int n = fnorm_cpu_chunk_length(cols, start);
       memcpy(buf->gamma + start,
-             fnorm_cpu_load_param(p->param_dtype, a->gamma, start, n, buf->y, buf->ones),
+             FNORM_FORWARD_NAME(load_param)(p->param_dtype, a->gamma, start, n, buf->y, buf->ones),
              (size_t)n * sizeof(float));
       memcpy(buf->beta + start,
-             fnorm_cpu_load_param(p->param_dtype, a->beta, start, n, buf->y, buf->zeros),
+             FNORM_FORWARD_NAME(load_param)(p->param_dtype, a->beta, start, n, buf->y, buf->zeros),
              (size_t)n * sizeof(float));
     }
     gamma_resident = buf->gamma;
@@ -104,36 +46,51 @@ FNORM_FORWARD_TARGET static void FNORM_FORWARD_NAME(forward_rows)(const fnorm_pr
   }
 
   for (int64_t row = first; row < end; row++) {
-    const void *x_row = fnorm_cpu_row(a->x, p->dtype, p->x_stride, row);
-    void *y_row = fnorm_cpu_row_out(a->y, p->dtype, p->y_stride, row);
+    const void *x_row = fnorm_cpu_row(a->x, dtype, p->x_stride, row);
+    void *y_row = fnorm_cpu_row_out(a->y, dtype, p->y_stride, row);
+    /* fp32 rows are read in place; other resident rows are converted by the first pass. */
     const float *x_resident = NULL;
-    if (resident) {
-      if (p->dtype == FNORM_DTYPE_F32) {
-        x_resident = (const float *)x_row;
-      } else {
-        for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
-          int n = fnorm_cpu_chunk_length(cols, start);
-          fnorm_cpu_load(p->dtype, x_row, start, n, buf->x + start);
-        }
-        x_resident = buf->x;
-      }
-    }
 
     double center = 0.0;
     if (p->norm == FNORM_LAYERNORM) {
       double sum = 0.0;
       for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
         int n = fnorm_cpu_chunk_length(cols, start);
-        sum += FNORM_FORWARD_NAME(sum_chunk)(
-            FNORM_FORWARD_NAME(chunk_of)(x_resident, p->dtype, x_row, start, n, buf->x), n);
+        sum += FNORM_FORWARD_NAME(load_sum)(dtype, x_row, start, n,
+                                            resident ? buf->x + start : buf->x);
       }
       center = sum / (double)cols;
+    } else if (resident && dtype != FNORM_DTYPE_F32) {
+      for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
+        int n = fnorm_cpu_chunk_length(cols, start);
+        FNORM_FORWARD_NAME(load)(dtype, x_row, start, n, buf->x + start);
+      }
     }
+    if (resident) {
+      x_resident = dtype == FNORM_DTYPE_F32 ? (const float *)x_row : buf->x;
+    }
+
+    /* The center as an unevaluated sum of two floats (see normalize_chunk_baseline). */
+    const float center_hi = (float)center;
+    const float center_lo = (float)(center - (double)center_hi);
     double squares = 0.0;
-    for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
+    for (int64_t start = 0; start < cols && fp32_squares; start += FNORM_CPU_CHUNK) {
       int n = fnorm_cpu_chunk_length(cols, start);
-      squares += FNORM_FORWARD_NAME(sum_squared_deviation_chunk)(
-          FNORM_FORWARD_NAME(chunk_of)(x_resident, p->dtype, x_row, start, n, buf->x), n, center);
+      squares += FNORM_FORWARD_NAME(sum_squares)(
+          FNORM_FORWARD_NAME(chunk_of)(x_resident, dtype, x_row, start, n, buf->x), n, center,
+          center_hi, center_lo);
+    }
+    if (!fp32_squares ||
+        (!(squares >= FNORM_CPU_SQUARES_MIN * (double)cols && squares <= DBL_MAX) &&
+         isfinite(center))) {
+      /* Short rows, or the fp32 squares overflowed or lost precision to underflow (|x - mean|
+       * beyond about 2^60 or below 2^-50): squares in double, which can do neither. */
+      squares = 0.0;
+      for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
+        int n = fnorm_cpu_chunk_length(cols, start);
+        squares += sum_squares_double(
+            FNORM_FORWARD_NAME(chunk_of)(x_resident, dtype, x_row, start, n, buf->x), n, center);
+      }
     }
     const double rstd = 1.0 / sqrt(squares / (double)cols + (double)p->eps);
     if (a->mean != NULL) {
@@ -143,23 +100,21 @@ FNORM_FORWARD_TARGET static void FNORM_FORWARD_NAME(forward_rows)(const fnorm_pr
       a->rstd[row] = (float)rstd;
     }
 
-    const float center_hi = (float)center;
-    const float center_lo = (float)(center - (double)center_hi);
     /* With y == x (in place) each chunk is read completely before it is written. */
     for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
       int n = fnorm_cpu_chunk_length(cols, start);
-      const float *x = FNORM_FORWARD_NAME(chunk_of)(x_resident, p->dtype, x_row, start, n, buf->x);
-      const float *gamma =
-          gamma_resident != NULL
-              ? gamma_resident + start
-              : fnorm_cpu_load_param(p->param_dtype, a->gamma, start, n, buf->gamma, buf->ones);
-      const float *beta =
-          beta_resident != NULL
-              ? beta_resident + start
-              : fnorm_cpu_load_param(p->param_dtype, a->beta, start, n, buf->beta, buf->zeros);
-      FNORM_FORWARD_NAME(normalize_chunk)
-      (x, gamma, beta, buf->y, n, center_hi, center_lo, (float)rstd);
-      fnorm_cpu_store(p->dtype, y_row, start, n, buf->y);
+      const float *x = FNORM_FORWARD_NAME(chunk_of)(x_resident, dtype, x_row, start, n, buf->x);
+      const float *gamma = gamma_resident != NULL
+                               ? gamma_resident + start
+                               : FNORM_FORWARD_NAME(load_param)(p->param_dtype, a->gamma, start, n,
+                                                                buf->gamma, buf->ones);
+      const float *beta = beta_resident != NULL
+                              ? beta_resident + start
+                              : FNORM_FORWARD_NAME(load_param)(p->param_dtype, a->beta, start, n,
+                                                               buf->beta, buf->zeros);
+      FNORM_FORWARD_NAME(normalize_store)
+      (dtype, x, gamma, beta, y_row, start, n, center_hi, center_lo, (float)rstd, stream, buf->y);
     }
   }
+  FNORM_FORWARD_NAME(end_stores)(stream);
 }

@@ -15,15 +15,55 @@
 #include <omp.h>
 #endif
 
-/* x86-64 with GCC or Clang: the kernels are also built for AVX2 and picked at run time. */
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+/* No multiply-add contraction in this backend: the portable and the SIMD variants must round
+ * every product and every sum the same way to give bitwise the same results. (GCC does not
+ * contract in ISO C mode, which the build uses; Clang needs to be told.) */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* x86 with GCC or Clang: the kernels are also built for AVX2 + F16C and picked at run time.
+ * Defining FNORM_CPU_NO_SIMD builds the portable kernels only (to test them against the SIMD
+ * ones: both give bitwise the same results). */
+#if !defined(FNORM_CPU_NO_SIMD) && (defined(__x86_64__) || defined(__i386__)) &&                   \
+    (defined(__GNUC__) || defined(__clang__))
 #define FNORM_CPU_X86_DISPATCH 1
+#include <cpuid.h>
+#include <immintrin.h>
+/* Target attribute of the AVX2 kernels. FMA is left out on purpose (see FP_CONTRACT above). */
+#define FNORM_CPU_AVX2_TARGET __attribute__((target("avx2,f16c")))
 static inline int fnorm_cpu_has_avx2(void) {
   __builtin_cpu_init(); /* idempotent; needed if this ever runs before constructors */
-  return __builtin_cpu_supports("avx2");
+  if (!__builtin_cpu_supports("avx2")) {
+    return 0; /* also false when the OS does not save the AVX state */
+  }
+#if defined(__clang__)
+  /* Clang's __builtin_cpu_supports does not know "f16c": ask CPUID (leaf 1, ECX bit 29). */
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
 }
 #else
 #define FNORM_CPU_X86_DISPATCH 0
+#endif
+
+/* Whether to run the SIMD kernels (asked once per call, before any parallel region). */
+static inline int fnorm_cpu_simd(void) {
+#if FNORM_CPU_X86_DISPATCH
+  return fnorm_cpu_has_avx2() != 0;
+#else
+  return 0;
+#endif
+}
+
+/* Outputs of at least this many bytes in total are written with non-temporal (streaming)
+ * stores where the SIMD kernels can: they would not stay in the caches anyway, and streaming
+ * saves reading every output line before it is overwritten. Smaller outputs stay cached for
+ * whatever reads them next. */
+#ifndef FNORM_CPU_STREAM_BYTES
+#define FNORM_CPU_STREAM_BYTES ((uint64_t)8 << 20)
 #endif
 
 /* Rows are streamed in chunks of this many elements: small enough that a float copy of one chunk
@@ -75,9 +115,10 @@ static inline uint16_t fnorm_cpu_f32_to_bf16(float value) {
 static inline float fnorm_cpu_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t magnitude = h & 0x7fffu;
-  uint32_t normal = (magnitude << 13) + 0x38000000u;  /* rebias the exponent: 127 - 15 */
-  uint32_t inf_nan = (magnitude << 13) | 0x7f800000u; /* keeps the NaN payload, quiet bit too */
-  float subnormal = (float)magnitude * 0x1p-24f;      /* exact: magnitude < 2^10 here */
+  uint32_t normal = (magnitude << 13) + 0x38000000u; /* rebias the exponent: 127 - 15 */
+  /* Inf stays Inf; a NaN keeps its payload and is made quiet, as the F16C conversion does. */
+  uint32_t inf_nan = (magnitude << 13) | (magnitude > 0x7c00u ? 0x7fc00000u : 0x7f800000u);
+  float subnormal = (float)magnitude * 0x1p-24f; /* exact: magnitude < 2^10 here */
   uint32_t bits = magnitude >= 0x7c00u ? inf_nan : normal;
   bits = magnitude < 0x0400u ? fnorm_cpu_f32_to_bits(subnormal) : bits;
   return fnorm_cpu_bits_to_f32(bits | sign);
@@ -181,6 +222,141 @@ static inline void fnorm_cpu_store(fnorm_dtype dtype, void *base, int64_t start,
   }
   /* Unreachable (dtypes are checked first); writing nothing is the safe choice. */
 }
+
+#if FNORM_CPU_X86_DISPATCH
+/* ---------------------------------------------------------------------------------------------
+ * AVX2 + F16C forms of the chunk loads and stores. They give bitwise the same values as the
+ * portable ones above (F16C converts exactly as fnorm_cpu_f16_to_f32 / fnorm_cpu_f32_to_f16 do,
+ * round to nearest even, NaN made quiet; the bf16 rounding is the same integer arithmetic).
+ * ------------------------------------------------------------------------------------------- */
+/* fnorm_cpu_f32_to_bf16 on each lane, the result in the low half of each 32-bit lane. */
+FNORM_CPU_AVX2_TARGET static inline __m256i fnorm_cpu_avx2_bf16_bits(__m256 value) {
+  const __m256i bits = _mm256_castps_si256(value);
+  const __m256i high = _mm256_srli_epi32(bits, 16);
+  const __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i quiet_nan = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
+  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(value, value, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+}
+
+/* 8 floats to 8 bf16. Every lane is <= 0xffff, so the unsigned saturation of the pack never
+ * triggers. */
+FNORM_CPU_AVX2_TARGET static inline __m128i fnorm_cpu_avx2_to_bf16(__m256 value) {
+  const __m256i result = fnorm_cpu_avx2_bf16_bits(value);
+  return _mm_packus_epi32(_mm256_castsi256_si128(result), _mm256_extracti128_si256(result, 1));
+}
+
+/* 16 floats (v0 then v1) to 16 bf16. */
+FNORM_CPU_AVX2_TARGET static inline __m256i fnorm_cpu_avx2_to_bf16_16(__m256 v0, __m256 v1) {
+  const __m256i packed =
+      _mm256_packus_epi32(fnorm_cpu_avx2_bf16_bits(v0), fnorm_cpu_avx2_bf16_bits(v1));
+  return _mm256_permute4x64_epi64(packed, 0xd8); /* the pack works within 128-bit halves */
+}
+
+/* 16 floats (v0 then v1) to 16 fp16, round to nearest even. */
+FNORM_CPU_AVX2_TARGET static inline __m256i fnorm_cpu_avx2_to_f16_16(__m256 v0, __m256 v1) {
+  return _mm256_insertf128_si256(
+      _mm256_castsi128_si256(_mm256_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT)),
+      _mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT), 1);
+}
+
+/* 8 bf16 to 8 floats. */
+FNORM_CPU_AVX2_TARGET static inline __m256 fnorm_cpu_avx2_from_bf16(const uint16_t *source) {
+  const __m128i half = _mm_loadu_si128((const __m128i *)(const void *)source);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+/* 8 fp16 to 8 floats. */
+FNORM_CPU_AVX2_TARGET static inline __m256 fnorm_cpu_avx2_from_f16(const uint16_t *source) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)source));
+}
+
+/* As fnorm_cpu_load. */
+FNORM_CPU_AVX2_TARGET static inline const float *
+fnorm_cpu_load_avx2(fnorm_dtype dtype, const void *base, int64_t start, int count, float *buffer) {
+  const uint16_t *source = (const uint16_t *)base + start;
+  int i = 0;
+  switch (dtype) {
+  case FNORM_DTYPE_F32:
+    return (const float *)base + start;
+  case FNORM_DTYPE_F16:
+    for (; i + 8 <= count; i += 8) {
+      _mm256_storeu_ps(buffer + i, fnorm_cpu_avx2_from_f16(source + i));
+    }
+    for (; i < count; i++) {
+      buffer[i] = fnorm_cpu_f16_to_f32(source[i]);
+    }
+    return buffer;
+  case FNORM_DTYPE_BF16:
+    for (; i + 8 <= count; i += 8) {
+      _mm256_storeu_ps(buffer + i, fnorm_cpu_avx2_from_bf16(source + i));
+    }
+    for (; i < count; i++) {
+      buffer[i] = fnorm_cpu_bf16_to_f32(source[i]);
+    }
+    return buffer;
+  case FNORM_DTYPE_SAME:
+    break;
+  }
+  return fnorm_cpu_load(dtype, base, start, count, buffer);
+}
+
+FNORM_CPU_AVX2_TARGET static inline const float *
+fnorm_cpu_load_param_avx2(fnorm_dtype dtype, const void *base, int64_t start, int count,
+                          float *buffer, const float *fill_buffer) {
+  return base != NULL ? fnorm_cpu_load_avx2(dtype, base, start, count, buffer) : fill_buffer;
+}
+
+/* As fnorm_cpu_store. With `stream`, the aligned body is written with non-temporal stores (the
+ * caller ends its work with _mm_sfence); the values written are the same either way. */
+FNORM_CPU_AVX2_TARGET static inline void fnorm_cpu_store_avx2(fnorm_dtype dtype, void *base,
+                                                              int64_t start, int count,
+                                                              const float *values, int stream) {
+  int i = 0;
+  if (dtype == FNORM_DTYPE_F32) {
+    float *target = (float *)base + start;
+    if (!stream) {
+      memcpy(target, values, (size_t)count * sizeof *values);
+      return;
+    }
+    for (; i < count && ((uintptr_t)(target + i) & 31u) != 0; i++) {
+      target[i] = values[i];
+    }
+    for (; i + 8 <= count; i += 8) {
+      _mm256_stream_ps(target + i, _mm256_loadu_ps(values + i));
+    }
+    for (; i < count; i++) {
+      target[i] = values[i];
+    }
+    return;
+  }
+  if (dtype != FNORM_DTYPE_F16 && dtype != FNORM_DTYPE_BF16) {
+    return; /* unreachable, as in fnorm_cpu_store */
+  }
+  uint16_t *target = (uint16_t *)base + start;
+  const int bf16 = dtype == FNORM_DTYPE_BF16;
+  if (stream) {
+    for (; i < count && ((uintptr_t)(target + i) & 15u) != 0; i++) {
+      target[i] = bf16 ? fnorm_cpu_f32_to_bf16(values[i]) : fnorm_cpu_f32_to_f16(values[i]);
+    }
+  }
+  for (; i + 8 <= count; i += 8) {
+    const __m256 value = _mm256_loadu_ps(values + i);
+    const __m128i half =
+        bf16 ? fnorm_cpu_avx2_to_bf16(value) : _mm256_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT);
+    if (stream) {
+      _mm_stream_si128((__m128i *)(void *)(target + i), half);
+    } else {
+      _mm_storeu_si128((__m128i *)(void *)(target + i), half);
+    }
+  }
+  for (; i < count; i++) {
+    target[i] = bf16 ? fnorm_cpu_f32_to_bf16(values[i]) : fnorm_cpu_f32_to_f16(values[i]);
+  }
+}
+#endif /* FNORM_CPU_X86_DISPATCH */
 
 /* Whether the backend has kernels for this dtype (x/y/dy/dx or parameters). */
 static inline int fnorm_cpu_dtype_supported(fnorm_dtype dtype) {
