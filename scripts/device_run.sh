@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build, test, sanitize and benchmark, in the steps named on the
+# command line (default: all). Logs and results go under $OUT (default ./out), so that the
+# lent-device workflow brings them back; the same script works on any CUDA machine.
+#   scripts/device_run.sh build test sanitize bench graph compare pytest
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-dev}
+JOBS=$(nproc)
+steps=${*:-build test sanitize bench graph compare pytest}
+note() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.txt"; }
+
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv \
+  >"$OUT/gpu.txt" 2>&1
+for step in $steps; do
+  case $step in
+  build)
+    note "build"
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFNORM_CUDA=ON \
+      >"$OUT/build.log" 2>&1 && cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1
+    note "build rc=$?"
+    tail -3 "$OUT/build.log"
+    ;;
+  test)
+    note "tests"
+    timeout 420 "$BUILD/tests/fnorm_tests" ${TEST_ARGS:-} >"$OUT/tests.log" 2>&1
+    note "tests rc=$?"
+    grep -E "FAIL|skipped|passed" "$OUT/tests.log" | tail -40
+    ;;
+  sanitize)
+    for tool in memcheck racecheck; do
+      note "compute-sanitizer $tool"
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+        "$BUILD/tests/fnorm_tests" --quick --filter ${SAN_FILTER:-cuda} >"$OUT/sanitize_$tool.log" 2>&1
+      note "$tool rc=$?"
+      tail -4 "$OUT/sanitize_$tool.log"
+    done
+    ;;
+  bench)
+    note "fnbench ${BENCH_ARGS:---preset main}"
+    timeout 540 "$BUILD/bench/fnbench" ${BENCH_ARGS:---preset main} --csv "$OUT/fnbench.csv" \
+      --markdown >"$OUT/fnbench.md" 2>"$OUT/fnbench.err"
+    note "fnbench rc=$?"
+    cat "$OUT/fnbench.md"
+    ;;
+  graph)
+    note "fnbench graph preset"
+    timeout 120 "$BUILD/bench/fnbench" --preset graph --csv "$OUT/fnbench_graph.csv" \
+      --markdown >"$OUT/fnbench_graph.md" 2>&1
+    note "graph rc=$?"
+    cat "$OUT/fnbench_graph.md"
+    ;;
+  compare)
+    note "compare.py ${COMPARE_ARGS:-}"
+    FUSEDNORM_LIBRARY=$PWD/$BUILD/libfusednorm.so PYTHONPATH=$PWD/python:${PYTHONPATH:-} \
+      timeout 540 python3 bench/compare.py --out "$OUT" ${COMPARE_ARGS:-} >"$OUT/compare.log" 2>&1
+    note "compare rc=$?"
+    tail -60 "$OUT/compare.log"
+    ;;
+  pytest)
+    note "pytest"
+    FUSEDNORM_LIBRARY=$PWD/$BUILD/libfusednorm.so PYTHONPATH=$PWD/python:${PYTHONPATH:-} \
+      timeout 400 python3 -m pytest -q -x python/tests ${PYTEST_ARGS:-} >"$OUT/pytest.log" 2>&1
+    note "pytest rc=$?"
+    tail -30 "$OUT/pytest.log"
+    ;;
+  *) note "unknown step $step" ;;
+  esac
+done
