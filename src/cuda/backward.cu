@@ -140,23 +140,6 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   }
 }
 
-/* Stage the chunks of dy and x (or y) in shared memory. */
-template <typename T, int VEC>
-__device__ __forceinline__ void stage_two(Pack<T, VEC> *s0, const T *g0, Pack<T, VEC> *s1,
-                                          const T *g1, int64_t count) {
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-    if (sizeof(Pack<T, VEC>) == 16) {
-      cp_async_16(&s0[i], g0 + i * VEC);
-      cp_async_16(&s1[i], g1 + i * VEC);
-    } else {
-      s0[i] = *reinterpret_cast<const Pack<T, VEC> *>(g0 + i * VEC);
-      s1[i] = *reinterpret_cast<const Pack<T, VEC> *>(g1 + i * VEC);
-    }
-  }
-  cp_async_wait_all();
-  __syncthreads();
-}
-
 template <typename T, int VEC, bool STAGED>
 __device__ __forceinline__ void load_chunk(const Pack<T, VEC> *stage, const T *g, int64_t i,
                                            float *out) {
@@ -173,16 +156,18 @@ __device__ __forceinline__ void load_chunk(const Pack<T, VEC> *stage, const T *g
 /* The cluster is csplit x crows CTAs: CTA rank = lane * csplit + split. The csplit CTAs of a
  * lane share one row (each owns a chunk of its columns); the crows lanes work on different
  * rows, and at the end fold their accumulators through distributed shared memory, so that
- * the cluster writes one partial row: crows times fewer partials to write and re-read. */
+ * the cluster writes one partial row: crows times fewer partials to write and re-read.
+ * Shared memory: the accumulators as [VEC][chunk] floats for dgamma, then for dbeta (lane-
+ * consecutive, so free of bank conflicts), then nbuf stages of dy and x (or y). With nbuf == 2
+ * the next row's copy is in flight while this row is worked on. */
 template <typename T, typename P, int VEC, bool STAGED>
 __global__ void __launch_bounds__(512)
-    bwd_row_kernel(BwdParams a, int64_t chunk_vecs, int csplit) {
+    bwd_row_kernel(BwdParams a, int64_t chunk_vecs, int csplit, int nbuf) {
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   __shared__ ReduceSmem<2> red;
   float *acc_g = reinterpret_cast<float *>(dyn_smem);
   float *acc_b = acc_g + chunk_vecs * VEC;
-  Pack<T, VEC> *dys = reinterpret_cast<Pack<T, VEC> *>(acc_b + chunk_vecs * VEC);
-  Pack<T, VEC> *xys = dys + chunk_vecs;
+  Pack<T, VEC> *stages = reinterpret_cast<Pack<T, VEC> *>(acc_b + chunk_vecs * VEC);
   int csize, crank;
   cluster_shape(csize, crank);
   const int crows = csize / csplit, split = crank % csplit, lane = crank / csplit;
@@ -190,28 +175,51 @@ __global__ void __launch_bounds__(512)
   const int64_t v0 = (int64_t)split * chunk_vecs;
   const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  const int64_t step = nclusters * crows;
   const P *gamma = (const P *)a.gamma;
   const P *beta = a.from_y ? (const P *)a.beta : nullptr;
   const float inv_n = 1.f / (float)a.cols;
-  int round = 0;
+  int round = 0, buf = 0;
   /* Thread t owns vectors i = t + k * blockDim.x of the chunk, and their accumulators, in
    * every pass and every row. */
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
-      acc_g[i * VEC + e] = acc_b[i * VEC + e] = 0.f;
+      acc_g[e * chunk_vecs + i] = acc_b[e * chunk_vecs + i] = 0.f;
+  /* Stage b holds dy at stages + 2b * chunk and x (or y) at stages + (2b + 1) * chunk. */
+  auto issue = [&](int b, int64_t r) {
+    stage_issue<T, VEC>(stages + 2 * b * chunk_vecs,
+                        (const T *)a.dy + r * a.dy_stride + v0 * VEC, count);
+    stage_issue<T, VEC>(stages + (2 * b + 1) * chunk_vecs,
+                        (const T *)a.xy + r * a.xy_stride + v0 * VEC, count);
+  };
+  if (STAGED && nbuf == 2 && cluster_id * crows + lane < a.rows)
+    issue(0, cluster_id * crows + lane);
   /* The loop bound is uniform over the cluster, so every CTA joins every cluster barrier. */
-  for (int64_t base = cluster_id * crows; base < a.rows; base += nclusters * crows) {
+  for (int64_t base = cluster_id * crows; base < a.rows; base += step) {
     const int64_t row = base + lane;
     const bool ok = row < a.rows;
     const T *dyr = (const T *)a.dy + row * a.dy_stride + v0 * VEC;
     const T *xyr = (const T *)a.xy + row * a.xy_stride + v0 * VEC;
     T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+    const Pack<T, VEC> *dys = stages + 2 * buf * chunk_vecs;
+    const Pack<T, VEC> *xys = dys + chunk_vecs;
+    if (STAGED && ok) {
+      /* Two groups (dy, x) per row: wait for this row's, leave the next row's in flight. */
+      if (nbuf == 1) {
+        issue(0, row);
+        cp_async_wait(0);
+      } else if (row + step < a.rows) {
+        issue(buf ^ 1, row + step);
+        asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+      } else {
+        cp_async_wait(0);
+      }
+      __syncthreads();
+    }
     float mu = 0.f, rs = 0.f;
     float s[2] = {0.f, 0.f};
     if (ok) {
-      if (STAGED)
-        stage_two<T, VEC>(dys, dyr, xys, xyr, count);
       row_stats(a, row, mu, rs);
 #pragma unroll 2
       for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
@@ -251,13 +259,16 @@ __global__ void __launch_bounds__(512)
       if (a.want_dparams) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          acc_g[i * VEC + e] += d[e] * xh[e];
-          acc_b[i * VEC + e] += d[e];
+          acc_g[e * chunk_vecs + i] += d[e] * xh[e];
+          acc_b[e * chunk_vecs + i] += d[e];
         }
       }
     }
-    if (STAGED)
-      __syncthreads(); /* the stage is read completely before the next row overwrites it */
+    if (STAGED) {
+      __syncthreads(); /* this stage is read completely before a later row's copy lands in it */
+      if (nbuf == 2)
+        buf ^= 1;
+    }
   }
   if (a.want_dparams) {
     float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
@@ -266,26 +277,28 @@ __global__ void __launch_bounds__(512)
       for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          pg[i * VEC + e] = acc_g[i * VEC + e];
-          pb[i * VEC + e] = acc_b[i * VEC + e];
+          pg[i * VEC + e] = acc_g[e * chunk_vecs + i];
+          pb[i * VEC + e] = acc_b[e * chunk_vecs + i];
         }
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      /* Lanes hold the same columns: lane l folds entries [lo, hi) of the chunk over all
+      /* Lanes hold the same columns: lane l folds vectors [lo, hi) of the chunk over all
        * lanes, in lane order. */
       cg::cluster_group cluster = cg::this_cluster();
       cluster.sync();
-      const int64_t n = count * VEC, per = (n + crows - 1) / crows;
-      const int64_t lo = lane * per, hi = lo + per < n ? lo + per : n;
-      for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-        float g = 0.f, b = 0.f;
-        for (int r = 0; r < crows; ++r) {
-          g += cluster.map_shared_rank(acc_g, r * csplit + split)[j];
-          b += cluster.map_shared_rank(acc_b, r * csplit + split)[j];
+      const int64_t per = (count + crows - 1) / crows;
+      const int64_t lo = lane * per, hi = lo + per < count ? lo + per : count;
+      for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          float g = 0.f, b = 0.f;
+          for (int r = 0; r < crows; ++r) {
+            g += cluster.map_shared_rank(acc_g, r * csplit + split)[e * chunk_vecs + i];
+            b += cluster.map_shared_rank(acc_b, r * csplit + split)[e * chunk_vecs + i];
+          }
+          pg[i * VEC + e] = g;
+          pb[i * VEC + e] = b;
         }
-        pg[j] = g;
-        pb[j] = b;
-      }
 #endif
     }
   }
@@ -443,9 +456,11 @@ static fnorm_status launch_backward_vec(const Plan &plan, const BwdParams &a, ch
   if (plan.tier == TIER_ROW) {
     if (plan.staged)
       return launch_kernel(bwd_row_kernel<T, P, VEC, true>, plan.grid, plan.threads, plan.smem,
-                           plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster);
+                           plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster,
+                           plan.nbuf);
     return launch_kernel(bwd_row_kernel<T, P, VEC, false>, plan.grid, plan.threads, plan.smem,
-                         plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster);
+                         plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster,
+                           plan.nbuf);
   }
   if (plan.tier == TIER_STREAM) {
     float *rowpart = reinterpret_cast<float *>(ws + plan.ws_rowpart);

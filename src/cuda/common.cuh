@@ -77,8 +77,29 @@ __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* Wait until at most `pending` (0 or 1) of this thread's committed groups are in flight. */
+__device__ __forceinline__ void cp_async_wait(int pending) {
+  if (pending)
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  else
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Start copying `count` vectors from global memory into a shared-memory stage, as one
+ * committed group of cp.async (16-byte vectors) or as plain copies (narrower ones, which are
+ * complete when the copying thread moves on). */
+template <typename T, int VEC>
+__device__ __forceinline__ void stage_issue(Pack<T, VEC> *stage, const T *src, int64_t count) {
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    if (sizeof(Pack<T, VEC>) == 16)
+      cp_async_16(&stage[i], src + i * VEC);
+    else
+      stage[i] = *reinterpret_cast<const Pack<T, VEC> *>(src + i * VEC);
+  }
+  cp_async_commit();
 }
 
 /* ---- reductions ---- */

@@ -48,7 +48,10 @@ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 /* Threads for a CTA that walks `chunk` vectors: about four vectors a thread. */
 int row_threads(int64_t chunk) { return (int)min64(512, max64(64, round_up(ceil_div(chunk, 4), 32))); }
 
-const int64_t kStageTarget = 48 * 1024; /* bytes of stage per CTA: about four CTAs an SM */
+/* Bytes of shared memory a CTA aims for (beyond that, rows are split over a cluster): about
+ * three resident CTAs an SM. */
+const int64_t kStageTarget = 64 * 1024; /* two stages */
+const int64_t kBwdStageTarget = 64 * 1024;
 
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
@@ -69,7 +72,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   int c = 1;
-  while (c < max_cluster && ceil_div(nvec, c) * vbytes > kStageTarget)
+  while (c < max_cluster && 2 * ceil_div(nvec, c) * vbytes > kStageTarget)
     c *= 2;
   /* Too few rows to fill the GPU: split each row further while chunks stay sizeable. */
   while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
@@ -77,10 +80,12 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     c *= 2;
   pl.cluster = c;
   pl.chunk = ceil_div(nvec, c);
-  pl.staged = pl.chunk * vbytes <= dev.max_smem_optin;
-  pl.smem = pl.staged ? (size_t)(pl.chunk * vbytes) : 0;
+  const int64_t stage = pl.chunk * vbytes;
+  pl.staged = stage <= dev.max_smem_optin;
+  pl.nbuf = 2 * stage <= dev.max_smem_optin ? 2 : 1;
+  pl.smem = pl.staged ? (size_t)(pl.nbuf * stage) : 0;
   pl.threads = pl.staged ? row_threads(pl.chunk) : 512;
-  pl.grid = min64(p->rows, kMaxGrid / c) * c;
+  pl.grid = -min64(p->rows, kMaxGrid / c); /* persistent: as many clusters as fit */
   return pl;
 }
 
@@ -104,29 +109,34 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
     const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
     int c = 1;
-    while (c < max_cluster && ceil_div(nvec, c) * (acc_bytes + 2 * vbytes) > kStageTarget)
+    while (c < max_cluster && ceil_div(nvec, c) * (acc_bytes + 4 * vbytes) > kBwdStageTarget)
       c *= 2;
     while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
            ceil_div(nvec, 2 * c) >= 256)
       c *= 2;
     const int64_t chunk = ceil_div(nvec, c);
     size_t smem = 0;
-    int staged = 0;
-    if (chunk * (acc_bytes + 2 * vbytes) <= dev.max_smem_optin) {
+    int staged = 0, nbuf = 1;
+    if (chunk * (acc_bytes + 4 * vbytes) <= dev.max_smem_optin) {
       staged = 1;
-      smem = (size_t)(chunk * (acc_bytes + 2 * vbytes));
-    } else if (chunk * acc_bytes <= dev.max_smem_optin) {
-      smem = (size_t)(chunk * acc_bytes);
+      nbuf = 2;
+    } else if (chunk * (acc_bytes + 2 * vbytes) <= dev.max_smem_optin) {
+      staged = 1;
     }
+    if (staged)
+      smem = (size_t)(chunk * (acc_bytes + 2 * nbuf * vbytes));
+    else if (chunk * acc_bytes <= dev.max_smem_optin)
+      smem = (size_t)(chunk * acc_bytes);
     if (smem > 0) {
       pl.tier = TIER_ROW;
       pl.cluster = c;
       pl.chunk = chunk;
       pl.staged = staged;
+      pl.nbuf = nbuf;
       pl.smem = smem;
       pl.threads = row_threads(chunk);
-      /* Resident CTAs an SM, by threads and shared memory. */
-      const int64_t by_threads = 2048 / pl.threads;
+      /* Resident CTAs an SM, by threads, registers (at most 64 a thread) and shared memory. */
+      const int64_t by_threads = min64(2048 / pl.threads, 65536 / (64 * (int64_t)pl.threads));
       const int64_t by_smem = (int64_t)dev.smem_per_sm / (int64_t)(smem + 1024);
       const int64_t resident = max64(1, min64(by_threads, by_smem));
       /* Fold the accumulators of up to 8 row lanes inside the cluster (sm_90), so that the

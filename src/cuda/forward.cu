@@ -118,24 +118,14 @@ __device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *r
   }
 }
 
-template <typename T, int VEC>
-__device__ __forceinline__ void chunk_stage(Pack<T, VEC> *stage, const T *row_chunk,
-                                            int64_t count) {
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-    if (sizeof(Pack<T, VEC>) == 16)
-      cp_async_16(&stage[i], row_chunk + i * VEC);
-    else
-      stage[i] = *reinterpret_cast<const Pack<T, VEC> *>(row_chunk + i * VEC);
-  }
-  cp_async_wait_all();
-  __syncthreads();
-}
-
+/* Persistent: cluster c handles rows c, c + nclusters, ... With nbuf == 2 the copy of the
+ * next row into the other stage is in flight while this row is reduced and written, so the
+ * memory system never waits on the reductions' barriers. */
 template <typename T, typename P, int VEC, bool STAGED>
-__global__ void __launch_bounds__(1024) fwd_row_kernel(FwdParams a, int64_t chunk_vecs) {
+__global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk_vecs, int nbuf) {
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   __shared__ ReduceSmem<2> red;
-  Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
+  Pack<T, VEC> *stages = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
   int csize, crank;
   cluster_shape(csize, crank);
   const int64_t nvec = a.cols / VEC;
@@ -145,13 +135,28 @@ __global__ void __launch_bounds__(1024) fwd_row_kernel(FwdParams a, int64_t chun
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
   const float inv_n = 1.f / (float)a.cols;
-  int round = 0;
+  int round = 0, buf = 0;
+  if (STAGED && nbuf == 2 && cluster_id < a.rows)
+    stage_issue<T, VEC>(stages, (const T *)a.x + cluster_id * a.x_stride + v0 * VEC, count);
 
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
     const T *xr = (const T *)a.x + row * a.x_stride + v0 * VEC;
     T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
-    if (STAGED)
-      chunk_stage<T, VEC>(stage, xr, count);
+    const Pack<T, VEC> *stage = stages + buf * chunk_vecs;
+    if (STAGED) {
+      const int64_t next = row + nclusters;
+      if (nbuf == 1) {
+        stage_issue<T, VEC>(stages, xr, count);
+        cp_async_wait(0);
+      } else if (next < a.rows) {
+        stage_issue<T, VEC>(stages + (buf ^ 1) * chunk_vecs,
+                            (const T *)a.x + next * a.x_stride + v0 * VEC, count);
+        cp_async_wait(1);
+      } else {
+        cp_async_wait(0);
+      }
+      __syncthreads();
+    }
     float m1 = 0.f, c = 0.f, rstd;
     if (a.layernorm) {
       float s[2] = {0.f, 0.f};
@@ -212,8 +217,11 @@ __global__ void __launch_bounds__(1024) fwd_row_kernel(FwdParams a, int64_t chun
         out[e] = fmaf(((f[e] - m1) - c) * rstd, g[e], b[e]);
       store_vec<T, VEC>(yr + i * VEC, out);
     }
-    if (STAGED)
-      __syncthreads(); /* every read of the stage is done before the next row overwrites it */
+    if (STAGED) {
+      __syncthreads(); /* this stage is read completely before a later row's copy lands in it */
+      if (nbuf == 2)
+        buf ^= 1;
+    }
   }
   cluster_barrier(csize);
 }
@@ -240,9 +248,9 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a,
   if (plan.tier == TIER_ROW) {
     if (plan.staged)
       return launch_kernel(fwd_row_kernel<T, P, VEC, true>, plan.grid, plan.threads, plan.smem,
-                           plan.cluster, stream, a, plan.chunk);
+                           plan.cluster, stream, a, plan.chunk, plan.nbuf);
     return launch_kernel(fwd_row_kernel<T, P, VEC, false>, plan.grid, plan.threads, plan.smem,
-                         plan.cluster, stream, a, plan.chunk);
+                         plan.cluster, stream, a, plan.chunk, plan.nbuf);
   }
   return FNORM_ERR_UNSUPPORTED;
 }

@@ -55,7 +55,8 @@ struct Plan {
   int cluster;    /* TIER_ROW: CTAs per row */
   int cluster_rows; /* TIER_ROW backward: rows a cluster works on at once (cluster of
                        cluster * cluster_rows CTAs) */
-  int staged;     /* TIER_ROW: the row chunk is staged in shared memory */
+  int staged;     /* TIER_ROW: the row chunk is staged in shared memory... */
+  int nbuf;       /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
   int threads;    /* CTA size */
   int64_t grid;   /* CTAs launched */
   int64_t chunk;  /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
@@ -75,20 +76,27 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
                              void *workspace, cudaStream_t stream);
 
 /* Launch a kernel with a cluster dimension (when cluster > 1), dynamic shared memory and
- * the attributes both need; returns FNORM_ERR_CUDA on any failure. */
+ * the attributes both need; returns FNORM_ERR_CUDA on any failure. A negative grid asks for
+ * a persistent launch: as many clusters as can be resident at once, at most -grid. */
 template <typename... KArgs, typename... Args>
 fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, size_t smem,
                            int cluster, cudaStream_t stream, Args... args) {
-  if (smem > 48 * 1024 &&
+  /* Dynamic plus static shared memory above 48 KiB needs the opt-in; set it whenever there is
+   * dynamic memory, which is cheap and never wrong. */
+  if (smem > 0 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-          cudaSuccess)
+          cudaSuccess) {
+    cudaGetLastError();
     return FNORM_ERR_CUDA;
+  }
   if (cluster > 8 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-          cudaSuccess)
+          cudaSuccess) {
+    cudaGetLastError();
     return FNORM_ERR_CUDA;
+  }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.gridDim = dim3((unsigned)(grid > 0 ? grid : cluster), 1, 1);
   cfg.blockDim = dim3((unsigned)threads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -101,8 +109,33 @@ fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, 
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess)
+  if (grid < 0) {
+    int resident = 0;
+    if (cluster > 1) {
+      if (cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return FNORM_ERR_CUDA;
+      }
+    } else {
+      int dev = 0, sms = 0, per_sm = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess ||
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+              cudaSuccess) {
+        cudaGetLastError();
+        return FNORM_ERR_CUDA;
+      }
+      resident = per_sm * sms;
+    }
+    if (resident < 1)
+      return FNORM_ERR_UNSUPPORTED; /* the configuration cannot run on this device */
+    const int64_t units = resident < -grid ? resident : -grid;
+    cfg.gridDim = dim3((unsigned)(units * cluster), 1, 1);
+  }
+  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {
+    cudaGetLastError(); /* a launch error is not sticky: clear it so later calls start clean */
     return FNORM_ERR_CUDA;
+  }
   return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
 }
 
