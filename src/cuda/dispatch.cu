@@ -45,8 +45,10 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Threads for a CTA that walks `chunk` vectors: about four vectors a thread. */
-int row_threads(int64_t chunk) { return (int)min64(512, max64(64, round_up(ceil_div(chunk, 4), 32))); }
+/* Threads for a CTA that walks `chunk` vectors, `per_thread` vectors a thread. */
+int row_threads(int64_t chunk, int64_t per_thread) {
+  return (int)min64(512, max64(64, round_up(ceil_div(chunk, per_thread), 32)));
+}
 
 /* Bytes of shared memory a CTA aims for (beyond that, rows are split over a cluster): about
  * three resident CTAs an SM. */
@@ -84,7 +86,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   pl.staged = stage <= dev.max_smem_optin;
   pl.nbuf = 2 * stage <= dev.max_smem_optin ? 2 : 1;
   pl.smem = pl.staged ? (size_t)(pl.nbuf * stage) : 0;
-  pl.threads = pl.staged ? row_threads(pl.chunk) : 512;
+  pl.threads = pl.staged ? row_threads(pl.chunk, 4) : 512;
   pl.grid = -min64(p->rows, kMaxGrid / c); /* persistent: as many clusters as fit */
   return pl;
 }
@@ -134,7 +136,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       pl.staged = staged;
       pl.nbuf = nbuf;
       pl.smem = smem;
-      pl.threads = row_threads(chunk);
+      pl.threads = row_threads(chunk, 2); /* more warps: the backward does more per byte */
       /* Resident CTAs an SM, by threads, registers (at most 64 a thread) and shared memory. */
       const int64_t by_threads = min64(2048 / pl.threads, 65536 / (64 * (int64_t)pl.threads));
       const int64_t by_smem = (int64_t)dev.smem_per_sm / (int64_t)(smem + 1024);

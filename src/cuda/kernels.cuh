@@ -83,9 +83,13 @@ fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, 
                            int cluster, cudaStream_t stream, Args... args) {
   /* Dynamic plus static shared memory above 48 KiB needs the opt-in; set it whenever there is
    * dynamic memory, which is cheap and never wrong. */
+  /* Ask for the largest shared-memory carve-out too: otherwise the driver may pick a smaller
+   * one than the occupancy calculation assumed, and a persistent grid would run in two waves. */
   if (smem > 0 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-          cudaSuccess) {
+      (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+           cudaSuccess ||
+       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                            cudaSharedmemCarveoutMaxShared) != cudaSuccess)) {
     cudaGetLastError();
     return FNORM_ERR_CUDA;
   }
