@@ -153,6 +153,167 @@ __device__ __forceinline__ void load_chunk(const Pack<T, VEC> *stage, const T *g
   }
 }
 
+/* Rows of up to 16 * 512 * EPT elements: the cluster is csplit x crows CTAs as in
+ * bwd_row_kernel below, but each thread keeps its VPT vectors of dy and x (and the next
+ * row's, prefetched), and its dgamma/dbeta accumulators, in registers: shared memory is
+ * touched only by the reductions and, once, by the fold of the accumulators over the lanes. */
+template <typename T, typename P, int VEC, int VPT>
+__global__ void __launch_bounds__(512, 1)
+    bwd_reg_kernel(BwdParams a, int64_t chunk_vecs, int csplit) {
+  constexpr int EPT = VEC * VPT;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ ReduceSmem<2> red;
+  int csize, crank;
+  cluster_shape(csize, crank);
+  const int crows = csize / csplit, split = crank % csplit, lane = crank / csplit;
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)split * chunk_vecs;
+  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
+  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  const int64_t step = nclusters * crows;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = a.from_y ? (const P *)a.beta : nullptr;
+  const float inv_n = 1.f / (float)a.cols;
+  bool mine[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    mine[k] = threadIdx.x + (int64_t)k * blockDim.x < count;
+  float acc_g[EPT], acc_b[EPT];
+#pragma unroll
+  for (int j = 0; j < EPT; ++j)
+    acc_g[j] = acc_b[j] = 0.f;
+  Pack<T, VEC> cdy[VPT], cxy[VPT], ndy[VPT], nxy[VPT];
+  auto load_row = [&](Pack<T, VEC>(&ddy)[VPT], Pack<T, VEC>(&dxy)[VPT], int64_t row) {
+    const T *sdy = (const T *)a.dy + row * a.dy_stride + v0 * VEC;
+    const T *sxy = (const T *)a.xy + row * a.xy_stride + v0 * VEC;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (mine[k]) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        ddy[k] = *reinterpret_cast<const Pack<T, VEC> *>(sdy + i * VEC);
+        dxy[k] = *reinterpret_cast<const Pack<T, VEC> *>(sxy + i * VEC);
+      }
+  };
+  int round = 0;
+  if (cluster_id * crows + lane < a.rows)
+    load_row(cdy, cxy, cluster_id * crows + lane);
+  /* The loop bound is uniform over the cluster, so every CTA joins every cluster barrier. */
+  for (int64_t base = cluster_id * crows; base < a.rows; base += step) {
+    const int64_t row = base + lane;
+    const bool ok = row < a.rows;
+    if (row + step < a.rows)
+      load_row(ndy, nxy, row + step);
+    /* dy and xhat stay in registers between the passes; g = dy * gamma is recomputed (gamma
+     * comes from L1) rather than kept, which would spill. */
+    float d[EPT], xh[EPT];
+    float s[2] = {0.f, 0.f};
+    float mu = 0.f, rs = 0.f;
+    if (ok)
+      row_stats(a, row, mu, rs);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (ok && mine[k]) {
+        const int64_t col = (v0 + threadIdx.x + (int64_t)k * blockDim.x) * VEC;
+        float xv[VEC], gm[VEC], bt[VEC], g[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          d[k * VEC + e] = to_f32(cdy[k].v[e]);
+          xv[e] = to_f32(cxy[k].v[e]);
+        }
+        load_param<P, VEC>(gamma, col, 1.f, gm);
+        load_param<P, VEC>(beta, col, 0.f, bt);
+        bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, a.from_y, &xh[k * VEC], g);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          s[0] += g[e];
+          s[1] += g[e] * xh[k * VEC + e];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          d[k * VEC + e] = xh[k * VEC + e] = 0.f;
+      }
+    }
+    if (!a.layernorm)
+      s[0] = 0.f;
+    row_sum<2>(s, red, round, lane * csplit, csplit);
+    if (ok) {
+      T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (!mine[k])
+          continue;
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        float out[VEC], gm[VEC];
+        load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, gm);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int j = k * VEC + e;
+          out[e] = rs * (d[j] * gm[e] - (s[0] + xh[j] * s[1]) * inv_n);
+          acc_g[j] += d[j] * xh[j];
+          acc_b[j] += d[j];
+        }
+        if (dxr)
+          store_vec<T, VEC>(dxr + i * VEC, out);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      cdy[k] = ndy[k];
+      cxy[k] = nxy[k];
+    }
+  }
+  if (a.want_dparams) {
+    float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
+    float *pb = a.partial + (a.nparts + cluster_id) * a.cols + v0 * VEC;
+    if (crows == 1) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (mine[k]) {
+          const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            pg[i * VEC + e] = acc_g[k * VEC + e];
+            pb[i * VEC + e] = acc_b[k * VEC + e];
+          }
+        }
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      /* Lanes hold the same columns: park the accumulators in shared memory ([VEC][chunk]),
+       * then lane l folds vectors [lo, hi) of the chunk over all lanes, in lane order. */
+      float *fold_g = reinterpret_cast<float *>(dyn_smem);
+      float *fold_b = fold_g + chunk_vecs * VEC;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (mine[k]) {
+          const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            fold_g[e * chunk_vecs + i] = acc_g[k * VEC + e];
+            fold_b[e * chunk_vecs + i] = acc_b[k * VEC + e];
+          }
+        }
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      const int64_t per = (count + crows - 1) / crows;
+      const int64_t lo = lane * per, hi = lo + per < count ? lo + per : count;
+      for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          float g = 0.f, b = 0.f;
+          for (int r = 0; r < crows; ++r) {
+            g += cluster.map_shared_rank(fold_g, r * csplit + split)[e * chunk_vecs + i];
+            b += cluster.map_shared_rank(fold_b, r * csplit + split)[e * chunk_vecs + i];
+          }
+          pg[i * VEC + e] = g;
+          pb[i * VEC + e] = b;
+        }
+#endif
+    }
+  }
+  cluster_barrier(csize);
+}
+
 /* The cluster is csplit x crows CTAs: CTA rank = lane * csplit + split. The csplit CTAs of a
  * lane share one row (each owns a chunk of its columns); the crows lanes work on different
  * rows, and at the end fold their accumulators through distributed shared memory, so that
@@ -453,8 +614,15 @@ static fnorm_status launch_backward_vec(const Plan &plan, const BwdParams &a, ch
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
   }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
+    constexpr int VPT = bwd_reg_vpt(VEC);
+    if (plan.vpt != VPT)
+      return FNORM_ERR_UNSUPPORTED;
+    return launch_kernel(bwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, plan.smem,
+                         plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster);
+  }
   if (plan.tier == TIER_ROW) {
-    if (plan.staged)
+    if (plan.mode == MODE_STAGED)
       return launch_kernel(bwd_row_kernel<T, P, VEC, true>, plan.grid, plan.threads, plan.smem,
                            plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster,
                            plan.nbuf);

@@ -50,10 +50,23 @@ int row_threads(int64_t chunk, int64_t per_thread) {
   return (int)min64(512, max64(64, round_up(ceil_div(chunk, per_thread), 32)));
 }
 
-/* Bytes of shared memory a CTA aims for (beyond that, rows are split over a cluster): about
- * three resident CTAs an SM. */
-const int64_t kStageTarget = 64 * 1024; /* two stages */
-const int64_t kBwdStageTarget = 64 * 1024;
+/* Bytes of shared memory a staged CTA aims for (beyond that, rows are split over a cluster):
+ * about three resident CTAs an SM. */
+const int64_t kStageTarget = 64 * 1024;
+const int kMaxThreads = 512;
+
+/* Smallest power-of-two cluster (<= max_cluster) whose chunks hold at most cap vectors; then
+ * larger while there are too few rows to fill the GPU and the chunks stay sizeable. */
+int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluster,
+               const DeviceInfo &dev) {
+  int c = 1;
+  while (c < max_cluster && ceil_div(nvec, c) > cap)
+    c *= 2;
+  while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
+         ceil_div(nvec, 2 * c) >= 256)
+    c *= 2;
+  return c;
+}
 
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
@@ -73,30 +86,53 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   pl.tier = TIER_ROW;
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
-  int c = 1;
-  while (c < max_cluster && 2 * ceil_div(nvec, c) * vbytes > kStageTarget)
-    c *= 2;
-  /* Too few rows to fill the GPU: split each row further while chunks stay sizeable. */
-  while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
-         ceil_div(nvec, 2 * c) >= 256)
-    c *= 2;
-  pl.cluster = c;
+  const int vpt = fwd_reg_vpt(vec);
+  int c = split_rows(p, nvec, (int64_t)kMaxThreads * vpt, max_cluster, dev);
   pl.chunk = ceil_div(nvec, c);
-  const int64_t stage = pl.chunk * vbytes;
-  pl.staged = stage <= dev.max_smem_optin;
-  pl.nbuf = 2 * stage <= dev.max_smem_optin ? 2 : 1;
-  pl.smem = pl.staged ? (size_t)(pl.nbuf * stage) : 0;
-  pl.threads = pl.staged ? row_threads(pl.chunk, 4) : 512;
+  if (pl.chunk <= (int64_t)kMaxThreads * vpt) {
+    pl.mode = MODE_REG;
+    pl.vpt = vpt;
+    pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));
+  } else {
+    /* Rows longer than registers hold: stage the chunk in shared memory, or re-read it. */
+    c = split_rows(p, nvec, kStageTarget / (2 * vbytes), max_cluster, dev);
+    pl.chunk = ceil_div(nvec, c);
+    const int64_t stage = pl.chunk * vbytes;
+    pl.mode = stage <= dev.max_smem_optin ? MODE_STAGED : MODE_GLOBAL;
+    pl.nbuf = 2 * stage <= dev.max_smem_optin ? 2 : 1;
+    pl.smem = pl.mode == MODE_STAGED ? (size_t)(pl.nbuf * stage) : 0;
+    pl.threads = pl.mode == MODE_STAGED ? row_threads(pl.chunk, 4) : kMaxThreads;
+  }
+  pl.cluster = c;
   pl.grid = -min64(p->rows, kMaxGrid / c); /* persistent: as many clusters as fit */
   return pl;
+}
+
+/* Clusters resident at once and the row lanes each folds: one dgamma/dbeta partial row per
+ * cluster. */
+void plan_parts(Plan &pl, const fnorm_problem *p, int64_t resident, int max_cluster,
+                const DeviceInfo &dev) {
+  /* Fold the accumulators of up to 8 row lanes inside the cluster (sm_90), so that the
+   * partials written and re-read stay a small fraction of the traffic. */
+  int lanes = 1;
+  while (lanes < 8 && pl.cluster * lanes * 2 <= max_cluster &&
+         p->rows >= (int64_t)dev.sm_count * resident * 2)
+    lanes *= 2;
+  pl.cluster_rows = lanes;
+  pl.nparts = max64(1, min64(ceil_div(p->rows, lanes),
+                             (int64_t)dev.sm_count * resident / (pl.cluster * lanes)));
+  pl.grid = pl.nparts * pl.cluster * lanes;
 }
 
 Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
-  const int vpt = 16 / vec;
+  const int vpt = 16 / vec; /* warp tier: 16 elements a lane */
+  const int reg_vpt = bwd_reg_vpt(vec);
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
+  const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+  const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
   if (nvec <= 32 * vpt) {
     pl.tier = TIER_WARP;
     pl.vpt = vpt;
@@ -108,59 +144,60 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
     pl.nparts = pl.grid;
   } else {
-    const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
-    const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
-    int c = 1;
-    while (c < max_cluster && ceil_div(nvec, c) * (acc_bytes + 4 * vbytes) > kBwdStageTarget)
-      c *= 2;
-    while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
-           ceil_div(nvec, 2 * c) >= 256)
-      c *= 2;
-    const int64_t chunk = ceil_div(nvec, c);
-    size_t smem = 0;
-    int staged = 0, nbuf = 1;
-    if (chunk * (acc_bytes + 4 * vbytes) <= dev.max_smem_optin) {
-      staged = 1;
-      nbuf = 2;
-    } else if (chunk * (acc_bytes + 2 * vbytes) <= dev.max_smem_optin) {
-      staged = 1;
-    }
-    if (staged)
-      smem = (size_t)(chunk * (acc_bytes + 2 * nbuf * vbytes));
-    else if (chunk * acc_bytes <= dev.max_smem_optin)
-      smem = (size_t)(chunk * acc_bytes);
-    if (smem > 0) {
-      pl.tier = TIER_ROW;
+    int c = split_rows(p, nvec, (int64_t)kMaxThreads * reg_vpt, max_cluster, dev);
+    int64_t chunk = ceil_div(nvec, c);
+    pl.tier = TIER_ROW;
+    if (chunk <= (int64_t)kMaxThreads * reg_vpt) {
+      pl.mode = MODE_REG;
+      pl.vpt = reg_vpt;
       pl.cluster = c;
       pl.chunk = chunk;
-      pl.staged = staged;
-      pl.nbuf = nbuf;
-      pl.smem = smem;
-      pl.threads = row_threads(chunk, 2); /* more warps: the backward does more per byte */
-      /* Resident CTAs an SM, by threads, registers (at most 64 a thread) and shared memory. */
-      const int64_t by_threads = min64(2048 / pl.threads, 65536 / (64 * (int64_t)pl.threads));
-      const int64_t by_smem = (int64_t)dev.smem_per_sm / (int64_t)(smem + 1024);
-      const int64_t resident = max64(1, min64(by_threads, by_smem));
-      /* Fold the accumulators of up to 8 row lanes inside the cluster (sm_90), so that the
-       * partials written and re-read stay a small fraction of the traffic. */
-      int lanes = 1;
-      while (lanes < 8 && c * lanes * 2 <= max_cluster &&
-             p->rows >= (int64_t)dev.sm_count * resident * 2)
-        lanes *= 2;
-      pl.cluster_rows = lanes;
-      pl.nparts = max64(1, min64(ceil_div(p->rows, lanes),
-                                 (int64_t)dev.sm_count * resident / (c * lanes)));
-      pl.grid = pl.nparts * c * lanes;
+      pl.threads = (int)max64(64, round_up(ceil_div(chunk, reg_vpt), 32));
+      pl.smem = (size_t)(chunk * acc_bytes); /* the fold of the accumulators over the lanes */
+      /* Resident CTAs an SM: by registers (up to 128 a thread) and threads. */
+      const int64_t resident = max64(1, min64(2048 / pl.threads, 65536 / (128 * pl.threads)));
+      plan_parts(pl, p, resident, max_cluster, dev);
+      if (pl.cluster_rows == 1)
+        pl.smem = 0;
     } else {
-      pl.tier = TIER_STREAM;
-      pl.chunk = 2048;
-      pl.nchunks = ceil_div(nvec, pl.chunk);
-      pl.threads = 256;
-      const int64_t ncb = ceil_div(nvec, pl.threads);
-      int64_t parts = min64(p->rows, max64(1, ceil_div(4 * (int64_t)dev.sm_count, ncb)));
-      pl.rows_per_part = ceil_div(p->rows, parts);
-      pl.nparts = ceil_div(p->rows, pl.rows_per_part);
-      pl.grid = ncb * pl.nparts;
+      c = split_rows(p, nvec, kStageTarget / (acc_bytes + 4 * vbytes), max_cluster, dev);
+      chunk = ceil_div(nvec, c);
+      size_t smem = 0;
+      int mode = 0, nbuf = 1;
+      if (chunk * (acc_bytes + 4 * vbytes) <= dev.max_smem_optin) {
+        mode = MODE_STAGED;
+        nbuf = 2;
+      } else if (chunk * (acc_bytes + 2 * vbytes) <= dev.max_smem_optin) {
+        mode = MODE_STAGED;
+      } else if (chunk * acc_bytes <= dev.max_smem_optin) {
+        mode = MODE_GLOBAL;
+      }
+      if (mode == MODE_STAGED)
+        smem = (size_t)(chunk * (acc_bytes + 2 * nbuf * vbytes));
+      else if (mode == MODE_GLOBAL)
+        smem = (size_t)(chunk * acc_bytes);
+      if (mode != 0) {
+        pl.mode = mode;
+        pl.cluster = c;
+        pl.chunk = chunk;
+        pl.nbuf = nbuf;
+        pl.smem = smem;
+        pl.threads = row_threads(chunk, 2);
+        /* Resident CTAs an SM, by threads, registers (at most 64 a thread) and shared memory. */
+        const int64_t by_threads = min64(2048 / pl.threads, 65536 / (64 * (int64_t)pl.threads));
+        const int64_t by_smem = (int64_t)dev.smem_per_sm / (int64_t)(smem + 1024);
+        plan_parts(pl, p, max64(1, min64(by_threads, by_smem)), max_cluster, dev);
+      } else {
+        pl.tier = TIER_STREAM;
+        pl.chunk = 2048;
+        pl.nchunks = ceil_div(nvec, pl.chunk);
+        pl.threads = 256;
+        const int64_t ncb = ceil_div(nvec, pl.threads);
+        int64_t parts = min64(p->rows, max64(1, ceil_div(4 * (int64_t)dev.sm_count, ncb)));
+        pl.rows_per_part = ceil_div(p->rows, parts);
+        pl.nparts = ceil_div(p->rows, pl.rows_per_part);
+        pl.grid = ncb * pl.nparts;
+      }
     }
   }
   /* Workspace: partials, then (stream tier) per-chunk and per-row sums; 256-byte aligned. */

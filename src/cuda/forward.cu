@@ -104,6 +104,105 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   }
 }
 
+/* A CTA, or a cluster of CTAs (sm_90), per row, the row held in registers: thread t of CTA
+ * rank r owns vectors t + k * blockDim.x (k < VPT) of chunk r. Persistent: while a row is
+ * reduced and written, the next row's loads are already in flight (raw, in registers), so
+ * the barriers of the reductions never leave the memory system idle, and x goes from DRAM to
+ * registers without touching shared memory (whose bandwidth the staged kernel runs out of). */
+template <typename T, typename P, int VEC, int VPT>
+__global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
+  constexpr int EPT = VEC * VPT;
+  __shared__ ReduceSmem<2> red;
+  int csize, crank;
+  cluster_shape(csize, crank);
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)crank * chunk_vecs;
+  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
+  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  const float inv_n = 1.f / (float)a.cols;
+  bool mine[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    mine[k] = threadIdx.x + (int64_t)k * blockDim.x < count;
+  Pack<T, VEC> cur[VPT], nxt[VPT];
+  auto load_row = [&](Pack<T, VEC>(&dst)[VPT], int64_t row) {
+    const T *src = (const T *)a.x + row * a.x_stride + v0 * VEC;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (mine[k])
+        dst[k] = *reinterpret_cast<const Pack<T, VEC> *>(
+            src + (threadIdx.x + (int64_t)k * blockDim.x) * VEC);
+  };
+  int round = 0;
+  if (cluster_id < a.rows)
+    load_row(cur, cluster_id);
+  for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
+    if (row + nclusters < a.rows)
+      load_row(nxt, row + nclusters);
+    float v[EPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        v[k * VEC + e] = mine[k] ? to_f32(cur[k].v[e]) : 0.f;
+    float m1 = 0.f, c = 0.f, rstd;
+    if (a.layernorm) {
+      float s[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        s[0] += v[j];
+      row_sum<2>(s, red, round, 0, csize);
+      m1 = s[0] * inv_n;
+      float t[2] = {0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = mine[k] ? v[k * VEC + e] - m1 : 0.f;
+          t[0] += d;
+          t[1] += d * d;
+        }
+      row_sum<2>(t, red, round, 0, csize);
+      const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
+      c = st.c;
+      rstd = st.rstd;
+    } else {
+      float s[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        s[0] += v[j] * v[j];
+      row_sum<2>(s, red, round, 0, csize);
+      rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
+    }
+    if (crank == 0 && threadIdx.x == 0) {
+      if (a.mean)
+        a.mean[row] = m1 + c;
+      if (a.rstd)
+        a.rstd[row] = rstd;
+    }
+    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (!mine[k])
+        continue;
+      const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+      float g[VEC], b[VEC], out[VEC];
+      load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
+      load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        out[e] = fmaf(((v[k * VEC + e] - m1) - c) * rstd, g[e], b[e]);
+      store_vec<T, VEC>(yr + i * VEC, out);
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      cur[k] = nxt[k];
+  }
+  cluster_barrier(csize);
+}
+
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
 template <typename T, int VEC, bool STAGED>
 __device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *row_chunk,
@@ -245,8 +344,15 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a,
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
   }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
+    constexpr int VPT = fwd_reg_vpt(VEC);
+    if (plan.vpt != VPT)
+      return FNORM_ERR_UNSUPPORTED;
+    return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0,
+                         plan.cluster, stream, a, plan.chunk);
+  }
   if (plan.tier == TIER_ROW) {
-    if (plan.staged)
+    if (plan.mode == MODE_STAGED)
       return launch_kernel(fwd_row_kernel<T, P, VEC, true>, plan.grid, plan.threads, plan.smem,
                            plan.cluster, stream, a, plan.chunk, plan.nbuf);
     return launch_kernel(fwd_row_kernel<T, P, VEC, false>, plan.grid, plan.threads, plan.smem,

@@ -47,15 +47,22 @@ enum Tier {
   TIER_STREAM = 3 /* backward only: rows of any length, in column blocks over several kernels */
 };
 
+/* Where a TIER_ROW CTA keeps its chunk of the row. */
+enum Mode {
+  MODE_REG = 1,    /* in registers (VPT vectors a thread), the next row prefetched there too */
+  MODE_STAGED = 2, /* staged in shared memory (nbuf stages) */
+  MODE_GLOBAL = 3  /* re-read from global memory (L2) for each pass */
+};
+
 struct Plan {
   int tier;
   int vec;        /* elements per access: 16 / sizeof(T) on the vector path, else 1 */
   int group;      /* TIER_WARP: lanes per row */
-  int vpt;        /* TIER_WARP: vectors per lane */
+  int vpt;        /* TIER_WARP and MODE_REG: vectors per thread */
   int cluster;    /* TIER_ROW: CTAs per row */
   int cluster_rows; /* TIER_ROW backward: rows a cluster works on at once (cluster of
                        cluster * cluster_rows CTAs) */
-  int staged;     /* TIER_ROW: the row chunk is staged in shared memory... */
+  int mode;       /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;       /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
   int threads;    /* CTA size */
   int64_t grid;   /* CTAs launched */
@@ -68,6 +75,12 @@ struct Plan {
   size_t ws_partial, ws_rowpart, ws_rowsum; /* byte offsets into the workspace */
   size_t ws_bytes;
 };
+
+/* Vectors a thread holds in registers in the MODE_REG kernels: 32 elements for the forward,
+ * 16 for the backward (which also keeps dgamma/dbeta accumulators); fewer on the one-element
+ * path, whose per-element addressing costs registers too. */
+constexpr int fwd_reg_vpt(int vec) { return vec == 1 ? 16 : 32 / vec; }
+constexpr int bwd_reg_vpt(int vec) { return vec == 1 ? 8 : 16 / vec; }
 
 template <typename T, typename P>
 fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t stream);
