@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
         float xv[VEC], gm[VEC], bt[VEC];
-        load_vec<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
-        load_vec<T, VEC>(xy + row * a.xy_stride + col, xv);
+        load_stream_f32<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
+        load_stream_f32<T, VEC>(xy + row * a.xy_stride + col, xv);
         load_param<P, VEC>(gamma, col, 1.f, gm);
         load_param<P, VEC>(a.from_y ? beta : nullptr, col, 0.f, bt);
         bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, a.from_y, &xh[k * VEC], &g[k * VEC]);
@@ -190,26 +190,31 @@ __global__ void __launch_bounds__(512, 1)
     for (int k = 0; k < VPT; ++k)
       if (mine[k]) {
         const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-        ddy[k] = *reinterpret_cast<const Pack<T, VEC> *>(sdy + i * VEC);
-        dxy[k] = *reinterpret_cast<const Pack<T, VEC> *>(sxy + i * VEC);
+        ddy[k] = load_stream<T, VEC>(sdy + i * VEC);
+        dxy[k] = load_stream<T, VEC>(sxy + i * VEC);
       }
   };
   int round = 0;
-  if (cluster_id * crows + lane < a.rows)
+  /* The row's mean and rstd are prefetched with its data: a load that waited until the row
+   * is worked on would put a full memory latency on every row. */
+  float cmu = 0.f, crs = 0.f, nmu = 0.f, nrs = 0.f;
+  if (cluster_id * crows + lane < a.rows) {
     load_row(cdy, cxy, cluster_id * crows + lane);
+    row_stats(a, cluster_id * crows + lane, cmu, crs);
+  }
   /* The loop bound is uniform over the cluster, so every CTA joins every cluster barrier. */
   for (int64_t base = cluster_id * crows; base < a.rows; base += step) {
     const int64_t row = base + lane;
     const bool ok = row < a.rows;
-    if (row + step < a.rows)
+    if (row + step < a.rows) {
       load_row(ndy, nxy, row + step);
+      row_stats(a, row + step, nmu, nrs);
+    }
     /* dy and xhat stay in registers between the passes; g = dy * gamma is recomputed (gamma
      * comes from L1) rather than kept, which would spill. */
     float d[EPT], xh[EPT];
     float s[2] = {0.f, 0.f};
-    float mu = 0.f, rs = 0.f;
-    if (ok)
-      row_stats(a, row, mu, rs);
+    const float mu = cmu, rs = crs;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (ok && mine[k]) {
@@ -262,6 +267,8 @@ __global__ void __launch_bounds__(512, 1)
       cdy[k] = ndy[k];
       cxy[k] = nxy[k];
     }
+    cmu = nmu;
+    crs = nrs;
   }
   if (a.want_dparams) {
     float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
@@ -488,8 +495,8 @@ __global__ void __launch_bounds__(256)
     for (int64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
       const int64_t col = v * VEC;
       float d[VEC], xv[VEC], gm[VEC], bt[VEC], xh[VEC], g[VEC];
-      load_vec<T, VEC>((const T *)a.dy + row * a.dy_stride + col, d);
-      load_vec<T, VEC>((const T *)a.xy + row * a.xy_stride + col, xv);
+      load_stream_f32<T, VEC>((const T *)a.dy + row * a.dy_stride + col, d);
+      load_stream_f32<T, VEC>((const T *)a.xy + row * a.xy_stride + col, xv);
       load_param<P, VEC>(gamma, col, 1.f, gm);
       load_param<P, VEC>(beta, col, 0.f, bt);
       bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
@@ -547,8 +554,8 @@ __global__ void __launch_bounds__(256)
     row_stats(a, row, mu, rs);
     const float s0 = rowsum[2 * row], s1 = rowsum[2 * row + 1];
     float d[VEC], xv[VEC], xh[VEC], g[VEC], out[VEC];
-    load_vec<T, VEC>((const T *)a.dy + row * a.dy_stride + col, d);
-    load_vec<T, VEC>((const T *)a.xy + row * a.xy_stride + col, xv);
+    load_stream_f32<T, VEC>((const T *)a.dy + row * a.dy_stride + col, d);
+    load_stream_f32<T, VEC>((const T *)a.xy + row * a.xy_stride + col, xv);
     bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -42,6 +43,37 @@ template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
 };
+
+/* A row vector read once: bypass L1 (ld.global.L1::no_allocate), so that the streams of
+ * x and dy do not evict gamma and beta, which every row re-reads from L1. */
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_stream(const T *p) {
+  Pack<T, VEC> pk;
+  if constexpr (sizeof(Pack<T, VEC>) == 16) {
+    uint4 u;
+    asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+                 : "l"(p));
+    memcpy(&pk, &u, 16);
+  } else if constexpr (sizeof(Pack<T, VEC>) == 4) {
+    unsigned u;
+    asm("ld.global.L1::no_allocate.u32 %0, [%1];" : "=r"(u) : "l"(p));
+    memcpy(&pk, &u, 4);
+  } else {
+    unsigned short u;
+    asm("ld.global.L1::no_allocate.u16 %0, [%1];" : "=h"(u) : "l"(p));
+    memcpy(&pk, &u, 2);
+  }
+  return pk;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load_stream_f32(const T *p, float *out) {
+  const Pack<T, VEC> pk = load_stream<T, VEC>(p);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    out[e] = to_f32(pk.v[e]);
+}
 
 template <typename T, int VEC>
 __device__ __forceinline__ void load_vec(const T *p, float *out) {

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
-        load_vec<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
+        load_stream_f32<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
@@ -132,8 +132,7 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       if (mine[k])
-        dst[k] = *reinterpret_cast<const Pack<T, VEC> *>(
-            src + (threadIdx.x + (int64_t)k * blockDim.x) * VEC);
+        dst[k] = load_stream<T, VEC>(src + (threadIdx.x + (int64_t)k * blockDim.x) * VEC);
   };
   int round = 0;
   if (cluster_id < a.rows)
