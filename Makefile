@@ -16,8 +16,18 @@ build:
 bench: build
 	$(BUILD)/bench/fnbench
 
+PYTHON ?= python3
+
+# The C tests, then the Python package's tests (through the CPU backend, and the GPU when
+# torch sees one) when numpy and pytest are installed.
 test: build
 	$(BUILD)/tests/fnorm_tests
+	@if $(PYTHON) -c "import numpy, pytest" 2>/dev/null; then \
+	  FUSEDNORM_LIBRARY=$(abspath $(BUILD))/libfusednorm.so PYTHONPATH=python \
+	    $(PYTHON) -m pytest -q python/tests; \
+	else \
+	  echo "Python tests skipped: numpy and pytest are not installed (pip install numpy pytest)"; \
+	fi
 
 clean:
 	rm -rf $(BUILD)

@@ -168,9 +168,14 @@ FNORM_BACKWARD_TARGET static void FNORM_BACKWARD_NAME(backward_rows)(const row_c
      * again exactly as in pass 1 (long rows; with dx == dy each chunk is read completely before
      * it is written). */
     const int64_t elem = (int64_t)fnorm_cpu_dtype_bytes(p->dtype);
-    const void *next_dy_row = fnorm_cpu_row(a->dy, p->dtype, p->dy_stride, row + 1);
-    const void *next_input_row = c->from_x ? fnorm_cpu_row(a->x, p->dtype, p->x_stride, row + 1)
-                                           : fnorm_cpu_row(a->y, p->dtype, p->y_stride, row + 1);
+    /* The next row's pointers exist only when there is a next row: forming them past the last
+     * row could overflow the address arithmetic with a huge (valid) stride. */
+    const int has_next = row + 1 < end;
+    const void *next_dy_row =
+        has_next ? fnorm_cpu_row(a->dy, p->dtype, p->dy_stride, row + 1) : NULL;
+    const void *next_input_row = !has_next   ? NULL
+                                 : c->from_x ? fnorm_cpu_row(a->x, p->dtype, p->x_stride, row + 1)
+                                             : fnorm_cpu_row(a->y, p->dtype, p->y_stride, row + 1);
     const float mean_g = p->norm == FNORM_LAYERNORM ? (float)(stats.sum_g / (double)cols) : 0.0f;
     const float mean_g_xhat = (float)(stats.sum_g_xhat / (double)cols);
     for (int64_t start = 0, offset = 0; start < cols;
@@ -185,7 +190,7 @@ FNORM_BACKWARD_TARGET static void FNORM_BACKWARD_NAME(backward_rows)(const row_c
         (p->dtype, n, dy_row, input_row, start, gamma, beta, center, rstd, buf->xhat, buf->g,
          &unused, NULL, NULL, buf);
       }
-      if (c->resident && row + 1 < end) {
+      if (c->resident && has_next) {
         /* This pass reads only the stack, so the hardware prefetchers idle: fetch the next
          * row's chunk of dy and x (or y) meanwhile, so that its first pass finds it cached. */
         FNORM_BACKWARD_NAME(prefetch)(next_dy_row, start * elem, (size_t)n * elem);

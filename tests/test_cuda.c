@@ -1,0 +1,735 @@
+/*
+ * CUDA tests: every case runs on the GPU and on the CPU backend with the same inputs; the GPU
+ * result is checked against the long-double reference and against the CPU's, and every
+ * operation runs twice on the GPU and must give bitwise the same outputs. Plus a forward and
+ * backward captured in a CUDA graph, and the argument checks with device pointers.
+ *
+ * The case lists are built even without CUDA, so that skipped cases are counted.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cases.h"
+#include "harness.h"
+#include "rng.h"
+#include "tests.h"
+
+#ifdef FNORM_TESTS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+typedef struct dtype_combo {
+  fnorm_dtype dtype, param_dtype;
+} dtype_combo;
+
+static const dtype_combo combos[] = {{FNORM_DTYPE_F32, FNORM_DTYPE_SAME},
+                                     {FNORM_DTYPE_F16, FNORM_DTYPE_SAME},
+                                     {FNORM_DTYPE_F16, FNORM_DTYPE_F32},
+                                     {FNORM_DTYPE_BF16, FNORM_DTYPE_SAME},
+                                     {FNORM_DTYPE_BF16, FNORM_DTYPE_F32}};
+#define N_COMBOS ((int)(sizeof combos / sizeof combos[0]))
+static const fnorm_norm norms[] = {FNORM_LAYERNORM, FNORM_RMSNORM};
+
+/* The GPU executor while CUDA runs, NULL while the cases are only counted as skipped. */
+static const executor *gpu;
+
+/* ------------------------------------------------------------------------------------------
+ * The CUDA executor
+ * ---------------------------------------------------------------------------------------- */
+#ifdef FNORM_TESTS_HAVE_CUDA
+
+static cudaStream_t test_stream;
+static int cuda_broken; /* a sticky CUDA error: the context is unusable */
+
+static void note_cuda_error(cudaError_t err) {
+  if (err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure ||
+      err == cudaErrorIllegalInstruction || err == cudaErrorMisalignedAddress ||
+      err == cudaErrorHardwareStackError || err == cudaErrorAssert)
+    cuda_broken = 1;
+}
+
+static int cuda_put(tbuf *t, void *stream) {
+  cudaError_t err = cudaSuccess;
+  if (t->dev == NULL) {
+    err = cudaMalloc(&t->dev, t->bytes);
+    if (err != cudaSuccess) {
+      t->dev = NULL;
+      note_cuda_error(err);
+      return -1;
+    }
+  }
+  /* The whole image: guards, gaps and poisoned output elements (the 0xFF of cudaMemset). */
+  err = cudaMemcpyAsync(t->dev, t->host, t->bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize((cudaStream_t)stream);
+  note_cuda_error(err);
+  return err == cudaSuccess ? 0 : -1;
+}
+
+static int cuda_get(tbuf *t, void *stream) {
+  cudaError_t err =
+      cudaMemcpyAsync(t->host, t->dev, t->bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize((cudaStream_t)stream);
+  note_cuda_error(err);
+  return err == cudaSuccess ? 0 : -1;
+}
+
+static int cuda_sync(void *stream, char *message, size_t message_size) {
+  cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);
+  if (err == cudaSuccess)
+    err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    note_cuda_error(err);
+    snprintf(message, message_size, "CUDA error after the call: %s (%s)", cudaGetErrorName(err),
+             cudaGetErrorString(err));
+    return -1;
+  }
+  return 0;
+}
+
+static void cuda_release(tbuf *t) {
+  if (t->dev != NULL)
+    cudaFree(t->dev);
+  t->dev = NULL;
+}
+
+static void cuda_free_dev(void *dev) {
+  cudaFree(dev);
+}
+
+static executor cuda_executor = {"cuda",   FNORM_DEVICE_CUDA, NULL,        cuda_put,
+                                 cuda_get, cuda_sync,         cuda_release};
+#endif /* FNORM_TESTS_HAVE_CUDA */
+
+/* ------------------------------------------------------------------------------------------
+ * Case lists
+ * ---------------------------------------------------------------------------------------- */
+
+static void gpu_case(const char *group, const tcase *c) {
+  char desc[400];
+  tcase_describe(c, desc, sizeof desc);
+  if (!case_begin("%s %s", group, desc))
+    return;
+#ifdef FNORM_TESTS_HAVE_CUDA
+  if (cuda_broken) {
+    case_fail("the CUDA context is unusable after an earlier error");
+    case_end();
+    return;
+  }
+#endif
+  run_case(c, gpu, &cpu_executor, 1);
+  case_end();
+}
+
+static const int64_t sizes_full[] = {
+    1,     2,     3,     4,     5,     6,     7,      8,      31,     32,     33,         63,
+    64,    65,    127,   128,   129,   255,   256,    257,    383,    384,    511,        512,
+    513,   767,   768,   1023,  1024,  1025,  1536,   2047,   2048,   2049,   3000,       4095,
+    4096,  4097,  5120,  6143,  8191,  8192,  8193,   12289,  16383,  16384,  16385,      24577,
+    32767, 32768, 32769, 65535, 65536, 65537, 131071, 262144, 262147, 802816, 1048576 + 7};
+static const int64_t sizes_quick[] = {1, 7, 33, 128, 257, 1025, 4097, 16385, 65537, 262147};
+
+/* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
+ * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */
+static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
+  int64_t m;
+  if (g_opt.quick) {
+    budget = budget < (1 << 13) ? budget : (1 << 13);
+    max_rows = max_rows < 16 ? max_rows : 16;
+  }
+  m = budget / n;
+  return m < 1 ? 1 : (m > max_rows ? max_rows : m);
+}
+
+static void cuda_sizes(void) {
+  const int64_t *sizes = g_opt.quick ? sizes_quick : sizes_full;
+  int n_sizes = g_opt.quick ? (int)(sizeof sizes_quick / sizeof sizes_quick[0])
+                            : (int)(sizeof sizes_full / sizeof sizes_full[0]);
+  int s, k, q;
+  group_begin("cuda-sizes: every N, norm, dtype and param dtype; many rows, and 1..3 rows");
+  for (s = 0; s < n_sizes; s++)
+    for (q = 0; q < 2; q++)
+      for (k = 0; k < N_COMBOS; k++) {
+        int64_t n = sizes[s];
+        tcase c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype,
+                                rows_for(n, 1 << 19, 4096), n);
+        if (g_opt.quick && k != 0 && k != 4 && !(q == 1 && k == 1))
+          continue;
+        gpu_case("cuda", &c);
+        /* Long rows also with 1, 2 or 3 rows: the grid has fewer blocks than SMs. */
+        if (n >= 4096 && c.rows > 3) {
+          c.rows = 1 + (s + k) % 3;
+          gpu_case("cuda", &c);
+        }
+      }
+  if (!g_opt.quick) {
+    /* Two full-size problems (2^24 elements). */
+    tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 4096, 4096);
+    gpu_case("cuda", &c);
+    c = tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F16, FNORM_DTYPE_SAME, 2048, 8192);
+    gpu_case("cuda", &c);
+  }
+  group_end();
+}
+
+static void cuda_rows(void) {
+  static const int64_t rows[] = {1, 2, 3, 7, 64, 127, 1000, 4097};
+  static const int64_t cols[] = {64, 1024, 4097};
+  int r, s, v;
+  group_begin("cuda-rows: M from 1 to 4097 (dgamma/dbeta reductions across blocks)");
+  for (s = 0; s < 3; s++)
+    for (r = 0; r < 8; r++)
+      for (v = 0; v < 2; v++) {
+        tcase c = v == 0 ? tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32,
+                                         rows[r], cols[s])
+                         : tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows[r],
+                                         cols[s]);
+        if (g_opt.quick && (rows[r] > 64 || s == 2))
+          continue;
+        gpu_case("cuda", &c);
+      }
+  group_end();
+}
+
+static void cuda_options(void) {
+  static const int64_t sizes[] = {127, 1024, 4097, 65537};
+  int s, k, q, v;
+  group_begin("cuda-options: gamma/beta present or absent, outputs skipped, param dtype, eps");
+  for (s = 0; s < 4; s++)
+    for (q = 0; q < 2; q++)
+      for (k = 0; k < N_COMBOS; k++) {
+        int64_t n = sizes[s];
+        tcase base = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype,
+                                   rows_for(n, 1 << 16, 64), n);
+        if (g_opt.quick && (s == 3 || (k != 0 && k != 4)))
+          continue;
+        for (v = 0; v < 4; v++) {
+          tcase c = base;
+          c.gamma = (v == 0 || v == 1);
+          c.beta = (v == 0 || v == 3);
+          c.dgamma = c.gamma;
+          c.dbeta = c.beta;
+          gpu_case("cuda", &c);
+        }
+        for (v = 0; v < 3; v++) {
+          tcase c = base;
+          c.bwd_x = c.bwd_y = 0;
+          c.mean_out = v & 1;
+          c.rstd_out = (v >> 1) & 1;
+          if (c.mean_out && norms[q] == FNORM_RMSNORM)
+            continue;
+          gpu_case("cuda", &c);
+        }
+        for (v = 1; v < 7; v++) {
+          tcase c = base;
+          c.fwd = 0;
+          c.beta = 1;
+          c.dx = v & 1;
+          c.dgamma = (v >> 1) & 1;
+          c.dbeta = (v >> 2) & 1;
+          gpu_case("cuda", &c);
+        }
+        {
+          tcase c = base;
+          c.eps = 0.5f;
+          gpu_case("cuda", &c);
+          c.eps = 1e-12f;
+          gpu_case("cuda", &c);
+        }
+      }
+  for (q = 0; q < 2; q++) {
+    tcase c = tcase_default(norms[q], FNORM_DTYPE_F32, FNORM_DTYPE_F32, 33, 1024);
+    gpu_case("cuda", &c);
+  }
+  group_end();
+}
+
+static void cuda_layouts(void) {
+  static const int64_t sizes[] = {1, 7, 128, 1031, 4096, 32769};
+  int s, k, q, v;
+  group_begin("cuda-layouts: strided rows, pointers off 16-byte alignment, in place");
+  for (s = 0; s < 6; s++)
+    for (q = 0; q < 2; q++)
+      for (k = 0; k < N_COMBOS; k++) {
+        int64_t n = sizes[s];
+        for (v = 0; v < 7; v++) {
+          tcase c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype,
+                                  rows_for(n, 1 << 17, 300), n);
+          switch (v) {
+          case 0:
+            c.x_stride = n + 3;
+            c.y_stride = n + 5;
+            c.dy_stride = n + 1;
+            c.dx_stride = 2 * n + 7;
+            break;
+          case 1:
+            c.x_stride = n + 3;
+            c.y_stride = n + 5;
+            c.dy_stride = n + 1;
+            c.dx_stride = 2 * n + 7;
+            c.offset = 1;
+            break;
+          case 2:
+            c.offset = 1;
+            break;
+          case 3: /* strides a multiple of 8 elements, larger than cols: aligned rows */
+            c.x_stride = c.y_stride = c.dy_stride = c.dx_stride = (n + 8 + 7) / 8 * 8;
+            break;
+          case 4:
+            c.inplace = 1;
+            break;
+          case 5:
+            c.inplace = 1;
+            c.x_stride = n + 2;
+            c.dy_stride = n + 4;
+            c.offset = 1;
+            break;
+          case 6: /* one row with a huge (valid) stride: nothing may step to a next row */
+            c.rows = 1;
+            c.x_stride = c.y_stride = c.dy_stride = c.dx_stride = INT64_MAX;
+            break;
+          }
+          if (g_opt.quick && (s == 5 || (k != 0 && k != 4) || v == 3 || v == 4))
+            continue;
+          gpu_case("cuda", &c);
+        }
+      }
+  group_end();
+}
+
+static void cuda_hard_inputs(void) {
+  static const int64_t offset_sizes[] = {1024, 4096, 65536, 262144};
+  static const int64_t nonfinite_sizes[] = {7, 128, 1031, 8193, 65537};
+  int s, k, q, v;
+  group_begin("cuda-hard-inputs: 1e4 + N(0,1) in fp32, NaN/Inf confined, legacy stream");
+  for (s = 0; s < 4; s++)
+    for (q = 0; q < 2; q++) {
+      tcase c = tcase_default(norms[q], FNORM_DTYPE_F32, FNORM_DTYPE_SAME,
+                              rows_for(offset_sizes[s], 1 << 18, 64), offset_sizes[s]);
+      c.input = INPUT_OFFSET_1E4;
+      if (g_opt.quick && s >= 2)
+        continue;
+      gpu_case("cuda", &c);
+    }
+  for (s = 0; s < 5; s++)
+    for (q = 0; q < 2; q++)
+      for (k = 0; k < N_COMBOS; k++)
+        for (v = 0; v < 2; v++) {
+          tcase c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype, 6,
+                                  nonfinite_sizes[s]);
+          c.input = v == 0 ? INPUT_NONFINITE_X : INPUT_NONFINITE_DY;
+          if (g_opt.quick && (s >= 3 || (k != 0 && k != 4)))
+            continue;
+          gpu_case("cuda", &c);
+        }
+  for (q = 0; q < 2; q++) {
+    tcase c = tcase_default(norms[q], FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 100, 2048);
+    c.use_null_stream = 1;
+    gpu_case("cuda", &c);
+  }
+  group_end();
+}
+
+/* ------------------------------------------------------------------------------------------
+ * CUDA graph capture, and argument checks with device pointers
+ * ---------------------------------------------------------------------------------------- */
+
+#ifdef FNORM_TESTS_HAVE_CUDA
+
+enum { G_X, G_GAMMA, G_BETA, G_Y, G_MEAN, G_RSTD, G_DY, G_DX, G_DGAMMA, G_DBETA, G_COUNT };
+
+typedef struct graph_bufs {
+  void *dev[G_COUNT];
+  size_t bytes[G_COUNT];
+  void *ws;
+  size_t ws_bytes;
+} graph_bufs;
+
+static cudaError_t upload_random(void *dev, size_t count, fnorm_dtype t, rng *r, double center) {
+  size_t es = fnorm_dtype_size(t), k;
+  unsigned char *host = (unsigned char *)malloc(count * es);
+  cudaError_t err;
+  if (host == NULL)
+    return cudaErrorMemoryAllocation;
+  for (k = 0; k < count; k++)
+    store_elem(host + k * es, t, center + 0.5 * rng_normal(r) + 1e-3);
+  err = cudaMemcpy(dev, host, count * es, cudaMemcpyHostToDevice);
+  free(host);
+  /* A pageable upload may still be in flight when cudaMemcpy returns, and the test stream
+   * does not wait for the legacy stream. */
+  if (err == cudaSuccess)
+    err = cudaDeviceSynchronize();
+  return err;
+}
+
+static fnorm_status launch_fwd_bwd(const fnorm_desc *d, graph_bufs *b, cudaStream_t s) {
+  fnorm_forward_args f;
+  fnorm_backward_args g;
+  fnorm_status st;
+  memset(&f, 0, sizeof f);
+  f.x = b->dev[G_X];
+  f.gamma = b->dev[G_GAMMA];
+  f.beta = d->norm == FNORM_LAYERNORM ? b->dev[G_BETA] : NULL;
+  f.y = b->dev[G_Y];
+  f.mean = d->norm == FNORM_LAYERNORM ? (float *)b->dev[G_MEAN] : NULL;
+  f.rstd = (float *)b->dev[G_RSTD];
+  st = fnorm_forward(d, &f, s);
+  if (st != FNORM_SUCCESS)
+    return st;
+  memset(&g, 0, sizeof g);
+  g.dy = b->dev[G_DY];
+  g.x = b->dev[G_X];
+  g.mean = f.mean;
+  g.rstd = f.rstd;
+  g.gamma = b->dev[G_GAMMA];
+  g.dx = b->dev[G_DX];
+  g.dgamma = b->dev[G_DGAMMA];
+  g.dbeta = b->dev[G_DBETA];
+  return fnorm_backward(d, &g, b->ws, b->ws_bytes, s);
+}
+
+static cudaError_t poison_outputs(graph_bufs *b, cudaStream_t s) {
+  int k;
+  for (k = G_Y; k < G_COUNT; k++) {
+    cudaError_t err;
+    if (k == G_DY)
+      continue;
+    err = cudaMemsetAsync(b->dev[k], 0xFF, b->bytes[k], s);
+    if (err != cudaSuccess)
+      return err;
+  }
+  return cudaStreamSynchronize(s);
+}
+
+/* Copies every output back, concatenated. */
+static cudaError_t download_outputs(graph_bufs *b, unsigned char *host) {
+  int k;
+  for (k = G_Y; k < G_COUNT; k++) {
+    cudaError_t err;
+    if (k == G_DY)
+      continue;
+    err = cudaMemcpy(host, b->dev[k], b->bytes[k], cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess)
+      return err;
+    host += b->bytes[k];
+  }
+  return cudaSuccess;
+}
+
+#define GRAPH_CHECK(expr)                                                                          \
+  do {                                                                                             \
+    cudaError_t err_ = (expr);                                                                     \
+    if (err_ != cudaSuccess) {                                                                     \
+      note_cuda_error(err_);                                                                       \
+      case_fail("%s: %s (%s)", #expr, cudaGetErrorName(err_), cudaGetErrorString(err_));           \
+      goto cleanup;                                                                                \
+    }                                                                                              \
+  } while (0)
+
+static void graph_case(fnorm_norm norm, fnorm_dtype dtype, fnorm_dtype param_dtype, int64_t rows,
+                       int64_t cols) {
+  graph_bufs b;
+  fnorm_desc d;
+  fnorm_status st;
+  cudaStream_t s = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  unsigned char *direct = NULL, *replay = NULL, *first = NULL;
+  size_t out_bytes = 0, es = fnorm_dtype_size(dtype);
+  size_t pes = fnorm_dtype_size(param_dtype == FNORM_DTYPE_SAME ? dtype : param_dtype);
+  rng r;
+  int k, round;
+  if (!case_begin("cuda graph %s %s/p%s N=%lld M=%lld: forward+backward captured and replayed",
+                  norm_name(norm), dtype_name(dtype), dtype_name(param_dtype), (long long)cols,
+                  (long long)rows))
+    return;
+  memset(&b, 0, sizeof b);
+  if (cuda_broken) {
+    case_fail("the CUDA context is unusable after an earlier error");
+    case_end();
+    return;
+  }
+  r = rng_seeded(case_seed());
+  fnorm_desc_init(&d, FNORM_DEVICE_CUDA, norm, dtype, rows, cols);
+  d.param_dtype = param_dtype;
+  b.bytes[G_X] = b.bytes[G_Y] = b.bytes[G_DY] = b.bytes[G_DX] = (size_t)(rows * cols) * es;
+  b.bytes[G_GAMMA] = b.bytes[G_BETA] = b.bytes[G_DGAMMA] = b.bytes[G_DBETA] = (size_t)cols * pes;
+  b.bytes[G_MEAN] = b.bytes[G_RSTD] = (size_t)rows * 4;
+  for (k = 0; k < G_COUNT; k++)
+    if (k >= G_Y && k != G_DY)
+      out_bytes += b.bytes[k];
+  GRAPH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (k = 0; k < G_COUNT; k++)
+    GRAPH_CHECK(cudaMalloc(&b.dev[k], b.bytes[k]));
+  st = fnorm_backward_workspace_size(&d, &b.ws_bytes);
+  if (st != FNORM_SUCCESS) {
+    case_fail("workspace query: %s", fnorm_status_name(st));
+    goto cleanup;
+  }
+  if (b.ws_bytes > 0)
+    GRAPH_CHECK(cudaMalloc(&b.ws, b.ws_bytes));
+  direct = (unsigned char *)malloc(out_bytes);
+  replay = (unsigned char *)malloc(out_bytes);
+  first = (unsigned char *)malloc(out_bytes);
+  if (!direct || !replay || !first) {
+    case_fail("out of host memory");
+    goto cleanup;
+  }
+  GRAPH_CHECK(upload_random(b.dev[G_GAMMA], (size_t)cols,
+                            param_dtype == FNORM_DTYPE_SAME ? dtype : param_dtype, &r, 1.0));
+  GRAPH_CHECK(upload_random(b.dev[G_BETA], (size_t)cols,
+                            param_dtype == FNORM_DTYPE_SAME ? dtype : param_dtype, &r, 0.0));
+  GRAPH_CHECK(upload_random(b.dev[G_DY], (size_t)(rows * cols), dtype, &r, 0.0));
+
+  /* Capture once (the inputs' contents do not matter to the capture). */
+  GRAPH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  st = launch_fwd_bwd(&d, &b, s);
+  {
+    cudaError_t end = cudaStreamEndCapture(s, &graph);
+    if (st != FNORM_SUCCESS) {
+      case_fail("under capture: a call returned %s", fnorm_status_name(st));
+      goto cleanup;
+    }
+    GRAPH_CHECK(end);
+  }
+#if CUDART_VERSION >= 12000
+  GRAPH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+#else
+  GRAPH_CHECK(cudaGraphInstantiate(&exec, graph, NULL, NULL, 0));
+#endif
+
+  /* Twice, with different x: the replay must equal a direct call bitwise each time (so it
+   * really recomputes from the buffers' current contents). */
+  for (round = 0; round < 2; round++) {
+    GRAPH_CHECK(upload_random(b.dev[G_X], (size_t)(rows * cols), dtype, &r, round ? -0.7 : 0.3));
+    GRAPH_CHECK(poison_outputs(&b, s));
+    st = launch_fwd_bwd(&d, &b, s);
+    if (st != FNORM_SUCCESS) {
+      case_fail("direct call returned %s", fnorm_status_name(st));
+      goto cleanup;
+    }
+    GRAPH_CHECK(cudaStreamSynchronize(s));
+    GRAPH_CHECK(download_outputs(&b, direct));
+    GRAPH_CHECK(poison_outputs(&b, s));
+    GRAPH_CHECK(cudaGraphLaunch(exec, s));
+    GRAPH_CHECK(cudaStreamSynchronize(s));
+    GRAPH_CHECK(download_outputs(&b, replay));
+    if (memcmp(direct, replay, out_bytes) != 0)
+      case_fail("round %d: the graph replay differs from the direct call", round);
+    if (round == 0)
+      memcpy(first, replay, out_bytes);
+    else if (memcmp(first, replay, out_bytes) == 0)
+      case_fail("the replay with new x gave the same outputs as with the old x");
+  }
+cleanup:
+  if (exec)
+    cudaGraphExecDestroy(exec);
+  if (graph)
+    cudaGraphDestroy(graph);
+  for (k = 0; k < G_COUNT; k++)
+    if (b.dev[k])
+      cudaFree(b.dev[k]);
+  if (b.ws)
+    cudaFree(b.ws);
+  if (s)
+    cudaStreamDestroy(s);
+  free(direct);
+  free(replay);
+  free(first);
+  case_end();
+}
+
+/* Bad arguments with device pointers: the status, and device memory left alone. */
+static void device_bad_input_case(const char *what, int which) {
+  enum { M = 4, N = 64, REGION = 4096 };
+  unsigned char *dev = NULL, *before = NULL, *after = NULL, *ws;
+  size_t bytes, ws_bytes = 0;
+  fnorm_desc d;
+  fnorm_forward_args f;
+  fnorm_backward_args b;
+  fnorm_status st, want;
+  if (!case_begin("cuda bad-input %s", what))
+    return;
+  fnorm_desc_init(&d, FNORM_DEVICE_CUDA, FNORM_LAYERNORM, FNORM_DTYPE_F32, M, N);
+  st = fnorm_backward_workspace_size(&d, &ws_bytes);
+  if (st != FNORM_SUCCESS) {
+    case_fail("workspace query: %s", fnorm_status_name(st));
+    goto cleanup;
+  }
+  bytes = REGION * 8 + (ws_bytes + 255) / 256 * 256 + 256;
+  before = (unsigned char *)malloc(bytes);
+  after = (unsigned char *)malloc(bytes);
+  if (!before || !after || cudaMalloc((void **)&dev, bytes) != cudaSuccess) {
+    case_fail("allocation failed");
+    goto cleanup;
+  }
+  memset(before, 0x3C, bytes);
+  if (cudaMemcpy(dev, before, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {
+    case_fail("cudaMemcpy failed");
+    goto cleanup;
+  }
+  ws = dev + 8 * REGION;
+  memset(&f, 0, sizeof f);
+  f.x = dev;
+  f.gamma = dev + REGION;
+  f.y = dev + 2 * REGION;
+  f.mean = (float *)(dev + 3 * REGION);
+  f.rstd = (float *)(dev + 4 * REGION);
+  memset(&b, 0, sizeof b);
+  b.dy = dev + 5 * REGION;
+  b.x = dev;
+  b.mean = f.mean;
+  b.rstd = f.rstd;
+  b.dx = dev + 6 * REGION;
+  b.dgamma = dev + 7 * REGION;
+  switch (which) {
+  case 0:
+    f.x = NULL;
+    want = FNORM_ERR_NULL_POINTER;
+    st = fnorm_forward(&d, &f, test_stream);
+    break;
+  case 1:
+    f.y = dev + 2 * REGION + 2;
+    want = FNORM_ERR_MISALIGNED;
+    st = fnorm_forward(&d, &f, test_stream);
+    break;
+  case 2:
+    f.y = dev + 4;
+    want = FNORM_ERR_ALIASING;
+    st = fnorm_forward(&d, &f, test_stream);
+    break;
+  case 3:
+    d.eps = 0.0f;
+    want = FNORM_ERR_BAD_EPS;
+    st = fnorm_forward(&d, &f, test_stream);
+    break;
+  case 4:
+    b.dgamma = b.dx;
+    want = FNORM_ERR_ALIASING;
+    st = fnorm_backward(&d, &b, ws_bytes ? ws : NULL, ws_bytes, test_stream);
+    break;
+  default:
+    if (ws_bytes == 0) {
+      case_skip("the CUDA backend needs no workspace for this shape");
+      goto cleanup;
+    }
+    want = FNORM_ERR_WORKSPACE_TOO_SMALL;
+    st = fnorm_backward(&d, &b, ws, ws_bytes - 1, test_stream);
+    break;
+  }
+  if (st != want)
+    case_fail("returned %s, want %s", fnorm_status_name(st), fnorm_status_name(want));
+  if (cudaStreamSynchronize(test_stream) != cudaSuccess ||
+      cudaMemcpy(after, dev, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+    case_fail("CUDA error after the call");
+  else if (memcmp(before, after, bytes) != 0)
+    case_fail("device memory changed although the call failed");
+cleanup:
+  if (dev)
+    cudaFree(dev);
+  free(before);
+  free(after);
+  case_end();
+}
+#endif /* FNORM_TESTS_HAVE_CUDA */
+
+/* Counts (when skipping) or runs the special cases. */
+static void cuda_special(void) {
+  static const char *const bad_names[6] = {
+      "forward x=NULL", "forward y misaligned",  "forward y overlapping x",
+      "forward eps=0",  "backward dgamma == dx", "backward workspace one byte too small"};
+  int k;
+  group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");
+  for (k = 0; k < 2; k++) {
+#ifdef FNORM_TESTS_HAVE_CUDA
+    if (gpu != NULL) {
+      if (k == 0)
+        graph_case(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024);
+      else
+        graph_case(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385);
+      continue;
+    }
+#endif
+    /* Only counted: same names as above. */
+    if (k == 0)
+      case_begin("cuda graph ln bf16/pf32 N=1024 M=300: forward+backward captured and replayed");
+    else
+      case_begin("cuda graph rms f32/psame N=16385 M=7: forward+backward captured and replayed");
+  }
+  for (k = 0; k < 6; k++) {
+#ifdef FNORM_TESTS_HAVE_CUDA
+    if (gpu != NULL) {
+      device_bad_input_case(bad_names[k], k);
+      continue;
+    }
+#endif
+    case_begin("cuda bad-input %s", bad_names[k]);
+  }
+  group_end();
+}
+
+static void cuda_groups(void) {
+  cuda_special();
+  cuda_sizes();
+  cuda_rows();
+  cuda_options();
+  cuda_layouts();
+  cuda_hard_inputs();
+}
+
+void run_cuda_tests(void) {
+  char reason[256];
+  fnorm_status st;
+  reason[0] = '\0';
+  if (g_opt.cpu_only) {
+    snprintf(reason, sizeof reason, "--cpu-only");
+  } else {
+    st = fnorm_device_available(FNORM_DEVICE_CUDA);
+    if (st != FNORM_SUCCESS)
+      snprintf(reason, sizeof reason, "fnorm_device_available(FNORM_DEVICE_CUDA) = %s (%s)",
+               fnorm_status_name(st), fnorm_status_string(st));
+  }
+#ifndef FNORM_TESTS_HAVE_CUDA
+  if (reason[0] == '\0')
+    snprintf(reason, sizeof reason, "the tests were built without the CUDA runtime");
+#endif
+  if (reason[0] != '\0') {
+    printf("CUDA tests skipped: %s\n", reason);
+    gpu = NULL;
+    skip_all_begin(reason);
+    cuda_groups();
+    skip_all_end();
+    return;
+  }
+#ifdef FNORM_TESTS_HAVE_CUDA
+  {
+    cudaError_t err = cudaStreamCreateWithFlags(&test_stream, cudaStreamNonBlocking);
+    if (err != cudaSuccess) {
+      group_begin("cuda-setup");
+      if (case_begin("cuda setup: create a stream")) {
+        case_fail("cudaStreamCreateWithFlags: %s", cudaGetErrorString(err));
+        case_end();
+      }
+      group_end();
+      return;
+    }
+    {
+      struct cudaDeviceProp prop;
+      int device = 0;
+      if (cudaGetDevice(&device) == cudaSuccess &&
+          cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        printf("CUDA device %d: %s, sm_%d%d, %d SMs\n", device, prop.name, prop.major, prop.minor,
+               prop.multiProcessorCount);
+    }
+    cuda_executor.stream = (void *)test_stream;
+    tbuf_device_free = cuda_free_dev;
+    gpu = &cuda_executor;
+    cuda_groups();
+    gpu = NULL;
+    cudaStreamDestroy(test_stream);
+  }
+#endif
+}
