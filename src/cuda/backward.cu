@@ -30,11 +30,20 @@ template <int VEC>
 __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, const float *gm,
                                           const float *bt, float mu, float rs, bool from_y,
                                           float *xh, float *g) {
+  /* Two loops behind one uniform branch: a select inside one loop would have the compiler
+   * evaluate the division on every element of the common (x) path too. */
+  if (from_y) {
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    xh[e] = from_y ? (xy[e] - bt[e]) / gm[e] : (xy[e] - mu) * rs;
-    g[e] = dy[e] * gm[e];
+    for (int e = 0; e < VEC; ++e)
+      xh[e] = (xy[e] - bt[e]) / gm[e];
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      xh[e] = (xy[e] - mu) * rs;
   }
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    g[e] = dy[e] * gm[e];
 }
 
 /* Per-row values the element loop needs. */
@@ -165,6 +174,7 @@ __global__ void __launch_bounds__(512, 1)
   __shared__ ReduceSmem<2> red;
   int csize, crank;
   cluster_shape(csize, crank);
+  row_sum_init(red, csize);
   const int crows = csize / csplit, split = crank % csplit, lane = crank / csplit;
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)split * chunk_vecs;
@@ -338,6 +348,7 @@ __global__ void __launch_bounds__(512)
   Pack<T, VEC> *stages = reinterpret_cast<Pack<T, VEC> *>(acc_b + chunk_vecs * VEC);
   int csize, crank;
   cluster_shape(csize, crank);
+  row_sum_init(red, csize);
   const int crows = csize / csplit, split = crank % csplit, lane = crank / csplit;
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)split * chunk_vecs;

@@ -148,19 +148,62 @@ template <int WIDTH, int K> __device__ __forceinline__ void group_sum(float (&v)
 
 /* Shared scratch for block/cluster sums: two slots so that consecutive reductions need one
  * barrier each (a slot is rewritten only after every thread has passed the barrier that
- * follows its last read). */
+ * follows its last read). The cluster part receives each CTA's sums by st.async, counted by
+ * an mbarrier per slot. */
 template <int K> struct ReduceSmem {
   float warp[2][32][K];
-  float cta[2][K];
+  float cta[2][16][K];
+  unsigned long long bar[2];
 };
 
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t cluster_addr(uint32_t local, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+#endif
+
+/* Before the first row_sum over a cluster: the mbarriers exist before any CTA signals them. */
+template <int K> __device__ __forceinline__ void row_sum_init(ReduceSmem<K> &sm, int cluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cluster > 1) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < 2; ++s)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&sm.bar[s]))
+                     : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cg::this_cluster().sync();
+  }
+#else
+  (void)sm;
+  (void)cluster;
+#endif
+}
+
 /* Sum over the CTA, then over the `count` CTAs of the cluster with ranks [first, first +
- * count) when count > 1 (every CTA of the cluster must then call it, with the same count).
- * Every thread of the CTA must call it, with the same `round`, which it then advances.
- * Every thread gets the same bits. */
+ * count) when count > 1 (every CTA of the group must then call it, in the same round, after
+ * row_sum_init). Every thread of the CTA must call it, with the same `round`, which it then
+ * advances. Every thread gets the same bits.
+ *
+ * The cluster step sends the CTA's sums to each CTA of the group with st.async, which
+ * completes on the receiver's mbarrier; the receiver waits on that barrier alone. A cluster
+ * barrier would do too, but its release semantics make each CTA wait for its own outstanding
+ * memory operations, the next row's prefetch among them, on every row. */
 template <int K>
 __device__ __forceinline__ void row_sum(float (&v)[K], ReduceSmem<K> &sm, int &round, int first,
                                         int count) {
+  static_assert(K == 2, "the cluster step sends two floats");
   group_sum<32, K>(v);
   const int slot = round & 1;
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -178,17 +221,35 @@ __device__ __forceinline__ void row_sum(float (&v)[K], ReduceSmem<K> &sm, int &r
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (count > 1) {
-    cg::cluster_group cluster = cg::this_cluster();
+    const uint32_t bar = smem_addr(&sm.bar[slot]);
+    const uint32_t me = cluster_rank() - (uint32_t)first;
     if (threadIdx.x == 0)
-#pragma unroll
-      for (int k = 0; k < K; ++k)
-        sm.cta[slot][k] = v[k];
-    cluster.sync();
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                   "r"((uint32_t)(count * K * 4))
+                   : "memory");
+    if ((int)threadIdx.x < count) {
+      const uint32_t peer = (uint32_t)first + threadIdx.x;
+      asm volatile(
+          "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::
+              "r"(cluster_addr(smem_addr(&sm.cta[slot][me][0]), peer)),
+          "f"(v[0]), "f"(v[1]), "r"(cluster_addr(bar, peer))
+          : "memory");
+    }
+    /* The k-th use of a slot completes the barrier's phase of parity k & 1. */
+    const uint32_t parity = (uint32_t)(round >> 1) & 1u;
+    uint32_t done = 0;
+    do {
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
+    } while (!done);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       float s = 0.f;
-      for (int r = first; r < first + count; ++r)
-        s += cluster.map_shared_rank(&sm.cta[slot][k], r)[0];
+      for (int r = 0; r < count; ++r)
+        s += sm.cta[slot][r][k];
       v[k] = s;
     }
   }

@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
   __shared__ ReduceSmem<2> red;
   int csize, crank;
   cluster_shape(csize, crank);
+  row_sum_init(red, csize);
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)crank * chunk_vecs;
   const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
@@ -154,12 +155,14 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
         s[0] += v[j];
       row_sum<2>(s, red, round, 0, csize);
       m1 = s[0] * inv_n;
+      /* From here on v holds x - m1 (0 outside the row), which the output needs too. */
       float t[2] = {0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const float d = mine[k] ? v[k * VEC + e] - m1 : 0.f;
+          v[k * VEC + e] = d;
           t[0] += d;
           t[1] += d * d;
         }
@@ -192,7 +195,7 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
       load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        out[e] = fmaf(((v[k * VEC + e] - m1) - c) * rstd, g[e], b[e]);
+        out[e] = fmaf((v[k * VEC + e] - c) * rstd, g[e], b[e]); /* v = x - m1 (LN), x (RMS) */
       store_vec<T, VEC>(yr + i * VEC, out);
     }
 #pragma unroll
@@ -226,6 +229,7 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
   Pack<T, VEC> *stages = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
   int csize, crank;
   cluster_shape(csize, crank);
+  row_sum_init(red, csize);
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)crank * chunk_vecs;
   const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
