@@ -652,6 +652,7 @@ def parse_args(argv):
         "--libs", default=",".join(LIBRARIES), help="comma list of " + ", ".join(LIBRARIES)
     )
     p.add_argument("--no-extra", action="store_true", help="skip the two extra shapes")
+    p.add_argument("--extra", action="store_true", help="with --n: keep the two extra shapes")
     p.add_argument("--out", default="out/compare", help="output directory (default out/compare)")
     p.add_argument(
         "--budget",
@@ -691,7 +692,7 @@ def parse_args(argv):
         bad = [v for v in args.n if v <= 0 or args.total % v]
         if bad:
             p.error(f"--n: {bad} do not divide {args.total}")
-        args.no_extra = True
+        args.no_extra = not args.extra
     else:
         args.n = QUICK_N if args.quick else GRID_N
     if args.quick:

@@ -34,7 +34,7 @@ for step in $steps; do
       filter=${SAN_FILTER:-cuda}
       [ $tool = racecheck ] && filter=${RACE_FILTER:-cuda-layouts}
       note "compute-sanitizer $tool --filter $filter"
-      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+      timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
         "$BUILD/tests/fnorm_tests" --quick --filter "$filter" >"$OUT/sanitize_$tool.log" 2>&1
       note "$tool rc=$?"
       tail -4 "$OUT/sanitize_$tool.log"

@@ -192,33 +192,48 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
   for (int j = 0; j < EPT; ++j)
     acc_g[j] = acc_b[j] = 0.f;
-  Pack<T, VEC> cdy[VPT], cxy[VPT], ndy[VPT], nxy[VPT];
-  auto load_row = [&](Pack<T, VEC>(&ddy)[VPT], Pack<T, VEC>(&dxy)[VPT], int64_t row) {
-    const T *sdy = (const T *)a.dy + row * a.dy_stride + v0 * VEC;
-    const T *sxy = (const T *)a.xy + row * a.xy_stride + v0 * VEC;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (mine[k]) {
-        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-        ddy[k] = load_stream<T, VEC>(sdy + i * VEC);
-        dxy[k] = load_stream<T, VEC>(sxy + i * VEC);
-      }
+  /* The rows' dy and x (or y) arrive through a two-stage ring in shared memory filled by
+   * cp.async: the next row is in flight while this one is worked on, at no register cost (a
+   * register prefetch leaves too few registers, and the compiler then delays the loads).
+   * Stage b holds dy at ring + 2b * chunk and x (or y) at ring + (2b + 1) * chunk. */
+  Pack<T, VEC> *ring = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
+  auto issue = [&](int b, int64_t r) {
+    stage_issue<T, VEC>(ring + 2 * b * chunk_vecs, (const T *)a.dy + r * a.dy_stride + v0 * VEC,
+                        count);
+    stage_issue<T, VEC>(ring + (2 * b + 1) * chunk_vecs,
+                        (const T *)a.xy + r * a.xy_stride + v0 * VEC, count);
   };
-  int round = 0;
+  int round = 0, buf = 0;
   /* The row's mean and rstd are prefetched with its data: a load that waited until the row
    * is worked on would put a full memory latency on every row. */
   float cmu = 0.f, crs = 0.f, nmu = 0.f, nrs = 0.f;
   if (cluster_id * crows + lane < a.rows) {
-    load_row(cdy, cxy, cluster_id * crows + lane);
+    issue(0, cluster_id * crows + lane);
     row_stats(a, cluster_id * crows + lane, cmu, crs);
   }
   /* The loop bound is uniform over the cluster, so every CTA joins every cluster barrier. */
   for (int64_t base = cluster_id * crows; base < a.rows; base += step) {
     const int64_t row = base + lane;
     const bool ok = row < a.rows;
-    if (row + step < a.rows) {
-      load_row(ndy, nxy, row + step);
-      row_stats(a, row + step, nmu, nrs);
+    Pack<T, VEC> cdy[VPT], cxy[VPT];
+    if (ok) { /* uniform over the CTA */
+      if (row + step < a.rows) {
+        issue(buf ^ 1, row + step);
+        row_stats(a, row + step, nmu, nrs);
+        asm volatile("cp.async.wait_group 2;\n" ::: "memory"); /* this row's two groups */
+      } else {
+        cp_async_wait(0);
+      }
+      __syncthreads();
+      const Pack<T, VEC> *sdy = ring + 2 * buf * chunk_vecs, *sxy = sdy + chunk_vecs;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (mine[k]) {
+          cdy[k] = sdy[threadIdx.x + k * blockDim.x];
+          cxy[k] = sxy[threadIdx.x + k * blockDim.x];
+        }
+      /* The stage is rewritten two rows on, after row_sum's barrier has passed. */
+      buf ^= 1;
     }
     /* dy and xhat stay in registers between the passes; g = dy * gamma is recomputed (gamma
      * comes from L1) rather than kept, which would spill. */
@@ -272,11 +287,6 @@ __global__ void __launch_bounds__(512, 1)
           store_vec<T, VEC>(dxr + i * VEC, out);
       }
     }
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      cdy[k] = ndy[k];
-      cxy[k] = nxy[k];
-    }
     cmu = nmu;
     crs = nrs;
   }
@@ -298,8 +308,9 @@ __global__ void __launch_bounds__(512, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       /* Lanes hold the same columns: park the accumulators in shared memory ([VEC][chunk]),
        * then lane l folds vectors [lo, hi) of the chunk over all lanes, in lane order. */
-      float *fold_g = reinterpret_cast<float *>(dyn_smem);
+      float *fold_g = reinterpret_cast<float *>(dyn_smem); /* the ring, now free */
       float *fold_b = fold_g + chunk_vecs * VEC;
+      __syncthreads();
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
         if (mine[k]) {

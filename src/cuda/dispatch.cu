@@ -153,12 +153,14 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       pl.cluster = c;
       pl.chunk = chunk;
       pl.threads = (int)max64(64, round_up(ceil_div(chunk, reg_vpt), 32));
-      pl.smem = (size_t)(chunk * acc_bytes); /* the fold of the accumulators over the lanes */
-      /* Resident CTAs an SM: by registers (up to 128 a thread) and threads. */
-      const int64_t resident = max64(1, min64(2048 / pl.threads, 65536 / (128 * pl.threads)));
+      /* Shared memory: the two-stage ring of dy and x, later reused for the fold of the
+       * accumulators over the lanes. */
+      pl.smem = (size_t)max64(chunk * 4 * vbytes, chunk * acc_bytes);
+      /* Resident CTAs an SM: by registers (up to 128 a thread), threads and shared memory. */
+      const int64_t resident =
+          max64(1, min64(min64(2048 / pl.threads, 65536 / (128 * pl.threads)),
+                         (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 1024)));
       plan_parts(pl, p, resident, max_cluster, dev);
-      if (pl.cluster_rows == 1)
-        pl.smem = 0;
     } else {
       c = split_rows(p, nvec, kStageTarget / (acc_bytes + 4 * vbytes), max_cluster, dev);
       chunk = ceil_div(nvec, c);
