@@ -124,6 +124,23 @@ void plan_parts(Plan &pl, const fnorm_problem *p, int64_t resident, int max_clus
   pl.grid = pl.nparts * pl.cluster * lanes;
 }
 
+/* Backward rows of at least this many vectors take the stream tier: measured on an H200
+ * (bench/RESULTS.md), its plain column pass moves more bytes a second than the row tier's
+ * per-row barriers allow, enough to pay for reading x and dy twice. */
+const int64_t kBwdStreamMinVecs = 512;
+
+void plan_stream(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInfo &dev) {
+  pl.tier = TIER_STREAM;
+  pl.chunk = 2048;
+  pl.nchunks = ceil_div(nvec, pl.chunk);
+  pl.threads = 256;
+  const int64_t ncb = ceil_div(nvec, pl.threads);
+  int64_t parts = min64(p->rows, max64(1, ceil_div(4 * (int64_t)dev.sm_count, ncb)));
+  pl.rows_per_part = ceil_div(p->rows, parts);
+  pl.nparts = ceil_div(p->rows, pl.rows_per_part);
+  pl.grid = ncb * pl.nparts;
+}
+
 Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
   pl.vec = vec;
@@ -143,6 +160,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const int64_t rows_per_cta = 8 * (32 / pl.group);
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
     pl.nparts = pl.grid;
+  } else if (nvec >= kBwdStreamMinVecs) {
+    plan_stream(pl, p, nvec, dev);
   } else {
     int c = split_rows(p, nvec, (int64_t)kMaxThreads * reg_vpt, max_cluster, dev);
     int64_t chunk = ceil_div(nvec, c);
@@ -190,15 +209,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
         const int64_t by_smem = (int64_t)dev.smem_per_sm / (int64_t)(smem + 1024);
         plan_parts(pl, p, max64(1, min64(by_threads, by_smem)), max_cluster, dev);
       } else {
-        pl.tier = TIER_STREAM;
-        pl.chunk = 2048;
-        pl.nchunks = ceil_div(nvec, pl.chunk);
-        pl.threads = 256;
-        const int64_t ncb = ceil_div(nvec, pl.threads);
-        int64_t parts = min64(p->rows, max64(1, ceil_div(4 * (int64_t)dev.sm_count, ncb)));
-        pl.rows_per_part = ceil_div(p->rows, parts);
-        pl.nparts = ceil_div(p->rows, pl.rows_per_part);
-        pl.grid = ncb * pl.nparts;
+        plan_stream(pl, p, nvec, dev);
       }
     }
   }
