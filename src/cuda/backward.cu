@@ -14,12 +14,15 @@
  *
  *  bwd_warp_kernel   rows of up to 32 * VPT vectors, GROUP lanes per row, accumulators in
  *                    registers (one partial per CTA).
- *  bwd_row_kernel    longer rows: a CTA or a cluster per row, each CTA owning a chunk of
- *                    columns with its accumulators in shared memory; x and dy staged in shared
- *                    memory when they fit, else re-read (from L2) for the second pass.
- *  stream kernels    rows too long for a cluster's shared memory: row sums per chunk
- *                    (bwd_rowpart_kernel, bwd_rowsum_kernel), then a column pass computing dx
- *                    and the partials (bwd_colpass_kernel). x and dy are read twice.
+ *  bwd_reg_kernel    rows of up to 512 vectors (4096 16-bit or 2048 fp32 elements): a CTA per
+ *                    row, dy and x arriving through a two-stage cp.async ring, the row and
+ *                    the accumulators in registers; the row lanes of a cluster (sm_90) fold
+ *                    their accumulators into one partial.
+ *  stream kernels    longer rows, of any length: row sums per chunk (bwd_rowpart_kernel,
+ *                    bwd_rowsum_kernel), then a column pass computing dx and the partials
+ *                    (bwd_colpass_kernel). x and dy are read twice, but the kernels have no
+ *                    per-row barrier; on an H200 this beat the single-pass row kernels for
+ *                    rows of 512+ vectors (bench/RESULTS.md).
  */
 #include "kernels.cuh"
 
@@ -149,23 +152,12 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   }
 }
 
-template <typename T, int VEC, bool STAGED>
-__device__ __forceinline__ void load_chunk(const Pack<T, VEC> *stage, const T *g, int64_t i,
-                                           float *out) {
-  if (STAGED) {
-    const Pack<T, VEC> pk = stage[i];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      out[e] = to_f32(pk.v[e]);
-  } else {
-    load_vec<T, VEC>(g + i * VEC, out);
-  }
-}
-
-/* Rows of up to 16 * 512 * EPT elements: the cluster is csplit x crows CTAs as in
- * bwd_row_kernel below, but each thread keeps its VPT vectors of dy and x (and the next
- * row's, prefetched), and its dgamma/dbeta accumulators, in registers: shared memory is
- * touched only by the reductions and, once, by the fold of the accumulators over the lanes. */
+/* Rows of up to 16 * 512 * EPT elements. The cluster is csplit x crows CTAs: CTA rank =
+ * lane * csplit + split. The csplit CTAs of a lane share one row (each owns a chunk of its
+ * columns); the crows lanes work on different rows, and at the end fold their accumulators
+ * through distributed shared memory, so that the cluster writes one partial row: crows times
+ * fewer partials to write and re-read. Each thread keeps its VPT vectors of dy and x, and its
+ * dgamma/dbeta accumulators, in registers. */
 template <typename T, typename P, int VEC, int VPT>
 __global__ void __launch_bounds__(512, 1)
     bwd_reg_kernel(BwdParams a, int64_t chunk_vecs, int csplit) {
@@ -342,159 +334,6 @@ __global__ void __launch_bounds__(512, 1)
   cluster_barrier(csize);
 }
 
-/* The cluster is csplit x crows CTAs: CTA rank = lane * csplit + split. The csplit CTAs of a
- * lane share one row (each owns a chunk of its columns); the crows lanes work on different
- * rows, and at the end fold their accumulators through distributed shared memory, so that
- * the cluster writes one partial row: crows times fewer partials to write and re-read.
- * Shared memory: the accumulators as [VEC][chunk] floats for dgamma, then for dbeta (lane-
- * consecutive, so free of bank conflicts), then nbuf stages of dy and x (or y). With nbuf == 2
- * the next row's copy is in flight while this row is worked on. */
-template <typename T, typename P, int VEC, bool STAGED>
-__global__ void __launch_bounds__(512)
-    bwd_row_kernel(BwdParams a, int64_t chunk_vecs, int csplit, int nbuf) {
-  extern __shared__ __align__(16) unsigned char dyn_smem[];
-  __shared__ ReduceSmem<2> red;
-  float *acc_g = reinterpret_cast<float *>(dyn_smem);
-  float *acc_b = acc_g + chunk_vecs * VEC;
-  Pack<T, VEC> *stages = reinterpret_cast<Pack<T, VEC> *>(acc_b + chunk_vecs * VEC);
-  int csize, crank;
-  cluster_shape(csize, crank);
-  row_sum_init(red, csize);
-  const int crows = csize / csplit, split = crank % csplit, lane = crank / csplit;
-  const int64_t nvec = a.cols / VEC;
-  const int64_t v0 = (int64_t)split * chunk_vecs;
-  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
-  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
-  const int64_t step = nclusters * crows;
-  const P *gamma = (const P *)a.gamma;
-  const P *beta = a.from_y ? (const P *)a.beta : nullptr;
-  const float inv_n = 1.f / (float)a.cols;
-  int round = 0, buf = 0;
-  /* Thread t owns vectors i = t + k * blockDim.x of the chunk, and their accumulators, in
-   * every pass and every row. */
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      acc_g[e * chunk_vecs + i] = acc_b[e * chunk_vecs + i] = 0.f;
-  /* Stage b holds dy at stages + 2b * chunk and x (or y) at stages + (2b + 1) * chunk. */
-  auto issue = [&](int b, int64_t r) {
-    stage_issue<T, VEC>(stages + 2 * b * chunk_vecs,
-                        (const T *)a.dy + r * a.dy_stride + v0 * VEC, count);
-    stage_issue<T, VEC>(stages + (2 * b + 1) * chunk_vecs,
-                        (const T *)a.xy + r * a.xy_stride + v0 * VEC, count);
-  };
-  if (STAGED && nbuf == 2 && cluster_id * crows + lane < a.rows)
-    issue(0, cluster_id * crows + lane);
-  /* The loop bound is uniform over the cluster, so every CTA joins every cluster barrier. */
-  for (int64_t base = cluster_id * crows; base < a.rows; base += step) {
-    const int64_t row = base + lane;
-    const bool ok = row < a.rows;
-    const T *dyr = (const T *)a.dy + row * a.dy_stride + v0 * VEC;
-    const T *xyr = (const T *)a.xy + row * a.xy_stride + v0 * VEC;
-    T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
-    const Pack<T, VEC> *dys = stages + 2 * buf * chunk_vecs;
-    const Pack<T, VEC> *xys = dys + chunk_vecs;
-    if (STAGED && ok) {
-      /* Two groups (dy, x) per row: wait for this row's, leave the next row's in flight. */
-      if (nbuf == 1) {
-        issue(0, row);
-        cp_async_wait(0);
-      } else if (row + step < a.rows) {
-        issue(buf ^ 1, row + step);
-        asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-      } else {
-        cp_async_wait(0);
-      }
-      __syncthreads();
-    }
-    float mu = 0.f, rs = 0.f;
-    float s[2] = {0.f, 0.f};
-    if (ok) {
-      row_stats(a, row, mu, rs);
-#pragma unroll 2
-      for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-        const int64_t col = (v0 + i) * VEC;
-        float d[VEC], xv[VEC], gm[VEC], bt[VEC], xh[VEC], g[VEC];
-        load_chunk<T, VEC, STAGED>(dys, dyr, i, d);
-        load_chunk<T, VEC, STAGED>(xys, xyr, i, xv);
-        load_param<P, VEC>(gamma, col, 1.f, gm);
-        load_param<P, VEC>(beta, col, 0.f, bt);
-        bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          s[0] += g[e];
-          s[1] += g[e] * xh[e];
-        }
-      }
-      if (!a.layernorm)
-        s[0] = 0.f;
-    }
-    row_sum<2>(s, red, round, lane * csplit, csplit);
-    if (!ok)
-      continue;
-#pragma unroll 2
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-      const int64_t col = (v0 + i) * VEC;
-      float d[VEC], xv[VEC], gm[VEC], bt[VEC], xh[VEC], g[VEC], out[VEC];
-      load_chunk<T, VEC, STAGED>(dys, dyr, i, d);
-      load_chunk<T, VEC, STAGED>(xys, xyr, i, xv);
-      load_param<P, VEC>(gamma, col, 1.f, gm);
-      load_param<P, VEC>(beta, col, 0.f, bt);
-      bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        out[e] = rs * (g[e] - (s[0] + xh[e] * s[1]) * inv_n);
-      if (dxr)
-        store_vec<T, VEC>(dxr + i * VEC, out);
-      if (a.want_dparams) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          acc_g[e * chunk_vecs + i] += d[e] * xh[e];
-          acc_b[e * chunk_vecs + i] += d[e];
-        }
-      }
-    }
-    if (STAGED) {
-      __syncthreads(); /* this stage is read completely before a later row's copy lands in it */
-      if (nbuf == 2)
-        buf ^= 1;
-    }
-  }
-  if (a.want_dparams) {
-    float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
-    float *pb = a.partial + (a.nparts + cluster_id) * a.cols + v0 * VEC;
-    if (crows == 1) {
-      for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          pg[i * VEC + e] = acc_g[e * chunk_vecs + i];
-          pb[i * VEC + e] = acc_b[e * chunk_vecs + i];
-        }
-    } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      /* Lanes hold the same columns: lane l folds vectors [lo, hi) of the chunk over all
-       * lanes, in lane order. */
-      cg::cluster_group cluster = cg::this_cluster();
-      cluster.sync();
-      const int64_t per = (count + crows - 1) / crows;
-      const int64_t lo = lane * per, hi = lo + per < count ? lo + per : count;
-      for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          float g = 0.f, b = 0.f;
-          for (int r = 0; r < crows; ++r) {
-            g += cluster.map_shared_rank(acc_g, r * csplit + split)[e * chunk_vecs + i];
-            b += cluster.map_shared_rank(acc_b, r * csplit + split)[e * chunk_vecs + i];
-          }
-          pg[i * VEC + e] = g;
-          pb[i * VEC + e] = b;
-        }
-#endif
-    }
-  }
-  cluster_barrier(csize);
-}
-
 /* ---- stream tier: rows of any length ---- */
 
 /* Block b handles row b / nchunks, vectors [chunk * chunk_vecs, ...) of it: partial sums of g
@@ -649,15 +488,6 @@ static fnorm_status launch_backward_vec(const Plan &plan, const BwdParams &a, ch
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(bwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, plan.smem,
                          plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster);
-  }
-  if (plan.tier == TIER_ROW) {
-    if (plan.mode == MODE_STAGED)
-      return launch_kernel(bwd_row_kernel<T, P, VEC, true>, plan.grid, plan.threads, plan.smem,
-                           plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster,
-                           plan.nbuf);
-    return launch_kernel(bwd_row_kernel<T, P, VEC, false>, plan.grid, plan.threads, plan.smem,
-                         plan.cluster * plan.cluster_rows, stream, a, plan.chunk, plan.cluster,
-                           plan.nbuf);
   }
   if (plan.tier == TIER_STREAM) {
     float *rowpart = reinterpret_cast<float *>(ws + plan.ws_rowpart);

@@ -160,13 +160,11 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const int64_t rows_per_cta = 8 * (32 / pl.group);
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
     pl.nparts = pl.grid;
-  } else if (nvec >= kBwdStreamMinVecs) {
-    plan_stream(pl, p, nvec, dev);
   } else {
-    int c = split_rows(p, nvec, (int64_t)kMaxThreads * reg_vpt, max_cluster, dev);
-    int64_t chunk = ceil_div(nvec, c);
-    pl.tier = TIER_ROW;
-    if (chunk <= (int64_t)kMaxThreads * reg_vpt) {
+    const int c = split_rows(p, nvec, (int64_t)kMaxThreads * reg_vpt, max_cluster, dev);
+    const int64_t chunk = ceil_div(nvec, c);
+    if (nvec < kBwdStreamMinVecs && chunk <= (int64_t)kMaxThreads * reg_vpt) {
+      pl.tier = TIER_ROW;
       pl.mode = MODE_REG;
       pl.vpt = reg_vpt;
       pl.cluster = c;
@@ -181,36 +179,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
                          (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 1024)));
       plan_parts(pl, p, resident, max_cluster, dev);
     } else {
-      c = split_rows(p, nvec, kStageTarget / (acc_bytes + 4 * vbytes), max_cluster, dev);
-      chunk = ceil_div(nvec, c);
-      size_t smem = 0;
-      int mode = 0, nbuf = 1;
-      if (chunk * (acc_bytes + 4 * vbytes) <= dev.max_smem_optin) {
-        mode = MODE_STAGED;
-        nbuf = 2;
-      } else if (chunk * (acc_bytes + 2 * vbytes) <= dev.max_smem_optin) {
-        mode = MODE_STAGED;
-      } else if (chunk * acc_bytes <= dev.max_smem_optin) {
-        mode = MODE_GLOBAL;
-      }
-      if (mode == MODE_STAGED)
-        smem = (size_t)(chunk * (acc_bytes + 2 * nbuf * vbytes));
-      else if (mode == MODE_GLOBAL)
-        smem = (size_t)(chunk * acc_bytes);
-      if (mode != 0) {
-        pl.mode = mode;
-        pl.cluster = c;
-        pl.chunk = chunk;
-        pl.nbuf = nbuf;
-        pl.smem = smem;
-        pl.threads = row_threads(chunk, 2);
-        /* Resident CTAs an SM, by threads, registers (at most 64 a thread) and shared memory. */
-        const int64_t by_threads = min64(2048 / pl.threads, 65536 / (64 * (int64_t)pl.threads));
-        const int64_t by_smem = (int64_t)dev.smem_per_sm / (int64_t)(smem + 1024);
-        plan_parts(pl, p, max64(1, min64(by_threads, by_smem)), max_cluster, dev);
-      } else {
-        plan_stream(pl, p, nvec, dev);
-      }
+      plan_stream(pl, p, nvec, dev); /* any length */
     }
   }
   /* Workspace: partials, then (stream tier) per-chunk and per-row sums; 256-byte aligned. */
