@@ -64,12 +64,12 @@ extern "C" {
 #define FNORM_VERSION_MINOR 1
 #define FNORM_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 100 for 0.1.0. */
-#define FNORM_VERSION_NUMBER                                                                     \
+#define FNORM_VERSION_NUMBER                                                                       \
   (FNORM_VERSION_MAJOR * 10000 + FNORM_VERSION_MINOR * 100 + FNORM_VERSION_PATCH)
 #define FNORM_STRINGIFY_(x) #x
 #define FNORM_STRINGIFY(x) FNORM_STRINGIFY_(x)
-#define FNORM_VERSION_STRING                                                                     \
-  FNORM_STRINGIFY(FNORM_VERSION_MAJOR)                                                           \
+#define FNORM_VERSION_STRING                                                                       \
+  FNORM_STRINGIFY(FNORM_VERSION_MAJOR)                                                             \
   "." FNORM_STRINGIFY(FNORM_VERSION_MINOR) "." FNORM_STRINGIFY(FNORM_VERSION_PATCH)
 
 /* The version of the library actually linked, to compare with the macros above. */
@@ -79,23 +79,23 @@ FNORM_API const char *fnorm_version_string(void);
 /* ---------------------------------------------------------------------------------------------
  * Status codes, generated from one table: X(name, value, description).
  * ------------------------------------------------------------------------------------------- */
-#define FNORM_STATUS_TABLE(X)                                                                    \
-  X(FNORM_SUCCESS, 0, "success")                                                                 \
-  X(FNORM_ERR_NULL_POINTER, 1, "a required pointer argument is NULL")                            \
-  X(FNORM_ERR_BAD_SIZE, 2, "rows or cols is <= 0, or the matrix size overflows")                 \
-  X(FNORM_ERR_BAD_STRIDE, 3, "a row stride is negative or smaller than cols")                    \
-  X(FNORM_ERR_BAD_EPS, 4, "eps is <= 0, NaN or infinite")                                        \
-  X(FNORM_ERR_BAD_DTYPE, 5, "unknown dtype, or an unsupported combination of dtypes")            \
-  X(FNORM_ERR_BAD_NORM, 6, "unknown normalization kind")                                         \
-  X(FNORM_ERR_BAD_DEVICE, 7, "unknown device")                                                   \
-  X(FNORM_ERR_BAD_FLAGS, 8, "unknown bits set in flags")                                         \
-  X(FNORM_ERR_BAD_ARGUMENT, 9, "an argument is given that this operation does not take")         \
-  X(FNORM_ERR_ALIASING, 10, "an output overlaps an input or another output")                     \
-  X(FNORM_ERR_MISALIGNED, 11, "a pointer is not aligned to its element size")                    \
-  X(FNORM_ERR_WORKSPACE_TOO_SMALL, 12, "workspace_bytes is smaller than the size queried")       \
-  X(FNORM_ERR_NOT_BUILT, 13, "the library was built without this device's backend")              \
-  X(FNORM_ERR_NO_DEVICE, 14, "no usable device of this kind is present")                         \
-  X(FNORM_ERR_UNSUPPORTED, 15, "this backend does not support the requested combination")        \
+#define FNORM_STATUS_TABLE(X)                                                                      \
+  X(FNORM_SUCCESS, 0, "success")                                                                   \
+  X(FNORM_ERR_NULL_POINTER, 1, "a required pointer argument is NULL")                              \
+  X(FNORM_ERR_BAD_SIZE, 2, "rows or cols is <= 0, or the matrix size overflows")                   \
+  X(FNORM_ERR_BAD_STRIDE, 3, "a row stride is negative or smaller than cols")                      \
+  X(FNORM_ERR_BAD_EPS, 4, "eps is <= 0, NaN or infinite")                                          \
+  X(FNORM_ERR_BAD_DTYPE, 5, "unknown dtype, or an unsupported combination of dtypes")              \
+  X(FNORM_ERR_BAD_NORM, 6, "unknown normalization kind")                                           \
+  X(FNORM_ERR_BAD_DEVICE, 7, "unknown device")                                                     \
+  X(FNORM_ERR_BAD_FLAGS, 8, "unknown bits set in flags")                                           \
+  X(FNORM_ERR_BAD_ARGUMENT, 9, "an argument is given that this operation does not take")           \
+  X(FNORM_ERR_ALIASING, 10, "an output overlaps an input or another output")                       \
+  X(FNORM_ERR_MISALIGNED, 11, "a pointer is not aligned to its element size")                      \
+  X(FNORM_ERR_WORKSPACE_TOO_SMALL, 12, "workspace_bytes is smaller than the size queried")         \
+  X(FNORM_ERR_NOT_BUILT, 13, "the library was built without this device's backend")                \
+  X(FNORM_ERR_NO_DEVICE, 14, "no usable device of this kind is present")                           \
+  X(FNORM_ERR_UNSUPPORTED, 15, "this backend does not support the requested combination")          \
   X(FNORM_ERR_CUDA, 16, "a CUDA runtime call or kernel launch failed")
 
 typedef enum fnorm_status {

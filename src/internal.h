@@ -39,8 +39,7 @@ fnorm_status fnorm_cpu_backward(const fnorm_problem *p, const fnorm_backward_arg
 /* CUDA backend: src/cuda/ (only when built with CUDA; api.c answers FNORM_ERR_NOT_BUILT
  * otherwise). */
 fnorm_status fnorm_cuda_available(void);
-fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_forward_args *a,
-                                void *stream);
+fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_forward_args *a, void *stream);
 fnorm_status fnorm_cuda_backward_workspace_size(const fnorm_problem *p, size_t *bytes);
 fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_backward_args *a,
                                  void *workspace, size_t workspace_bytes, void *stream);

@@ -50,8 +50,7 @@ __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, cons
 }
 
 /* Per-row values the element loop needs. */
-__device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu,
-                                          float &rs) {
+__device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu, float &rs) {
   rs = a.rstd[row];
   mu = (a.layernorm && !a.from_y) ? a.mean[row] : 0.f;
 }
@@ -439,8 +438,8 @@ __global__ void __launch_bounds__(256)
 /* dgamma[c] = sum over p of partial[p][c], p in a fixed interleaving: lane ty adds p = ty,
  * ty + blockDim.y, ..., then the lanes are added in order ty = 0, 1, ... */
 template <typename P>
-__global__ void __launch_bounds__(1024) finalize_kernel(const float *partial, int64_t nparts,
-                                                        int64_t cols, P *dgamma, P *dbeta) {
+__global__ void __launch_bounds__(1024)
+    finalize_kernel(const float *partial, int64_t nparts, int64_t cols, P *dgamma, P *dbeta) {
   __shared__ float red[32][33];
   const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
   for (int which = 0; which < 2; ++which) {
@@ -472,11 +471,20 @@ static fnorm_status launch_backward_vec(const Plan &plan, const BwdParams &a, ch
     constexpr int VPT = 16 / VEC;
     void (*k)(BwdParams) = nullptr;
     switch (plan.group) {
-    case 32: k = bwd_warp_kernel<T, P, VEC, 32, VPT>; break;
-    case 16: k = bwd_warp_kernel<T, P, VEC, 16, VPT>; break;
-    case 8: k = bwd_warp_kernel<T, P, VEC, 8, VPT>; break;
-    case 4: k = bwd_warp_kernel<T, P, VEC, 4, VPT>; break;
-    default: return FNORM_ERR_UNSUPPORTED;
+    case 32:
+      k = bwd_warp_kernel<T, P, VEC, 32, VPT>;
+      break;
+    case 16:
+      k = bwd_warp_kernel<T, P, VEC, 16, VPT>;
+      break;
+    case 8:
+      k = bwd_warp_kernel<T, P, VEC, 8, VPT>;
+      break;
+    case 4:
+      k = bwd_warp_kernel<T, P, VEC, 4, VPT>;
+      break;
+    default:
+      return FNORM_ERR_UNSUPPORTED;
     }
     if (plan.vpt != VPT)
       return FNORM_ERR_UNSUPPORTED;
@@ -502,12 +510,12 @@ static fnorm_status launch_backward_vec(const Plan &plan, const BwdParams &a, ch
     int64_t rblocks = (a.rows + 255) / 256;
     if (rblocks > (1 << 20))
       rblocks = 1 << 20;
-    s = launch_kernel(bwd_rowsum_kernel, rblocks, 256, 0, 1, stream, (const float *)rowpart,
-                      a.rows, plan.nchunks, rowsum);
+    s = launch_kernel(bwd_rowsum_kernel, rblocks, 256, 0, 1, stream, (const float *)rowpart, a.rows,
+                      plan.nchunks, rowsum);
     if (s != FNORM_SUCCESS)
       return s;
-    return launch_kernel(bwd_colpass_kernel<T, P, VEC>, plan.grid, plan.threads, 0, 1, stream,
-                         a, (const float *)rowsum, plan.rows_per_part);
+    return launch_kernel(bwd_colpass_kernel<T, P, VEC>, plan.grid, plan.threads, 0, 1, stream, a,
+                         (const float *)rowsum, plan.rows_per_part);
   }
   return FNORM_ERR_UNSUPPORTED;
 }
@@ -543,15 +551,15 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
   return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
 }
 
-template fnorm_status launch_backward<float, float>(const Plan &, BwdParams, void *, void *,
-                                                    void *, cudaStream_t);
+template fnorm_status launch_backward<float, float>(const Plan &, BwdParams, void *, void *, void *,
+                                                    cudaStream_t);
 template fnorm_status launch_backward<f16, f16>(const Plan &, BwdParams, void *, void *, void *,
                                                 cudaStream_t);
-template fnorm_status launch_backward<f16, float>(const Plan &, BwdParams, void *, void *,
-                                                  void *, cudaStream_t);
-template fnorm_status launch_backward<bf16, bf16>(const Plan &, BwdParams, void *, void *,
-                                                  void *, cudaStream_t);
-template fnorm_status launch_backward<bf16, float>(const Plan &, BwdParams, void *, void *,
-                                                   void *, cudaStream_t);
+template fnorm_status launch_backward<f16, float>(const Plan &, BwdParams, void *, void *, void *,
+                                                  cudaStream_t);
+template fnorm_status launch_backward<bf16, bf16>(const Plan &, BwdParams, void *, void *, void *,
+                                                  cudaStream_t);
+template fnorm_status launch_backward<bf16, float>(const Plan &, BwdParams, void *, void *, void *,
+                                                   cudaStream_t);
 
 } // namespace fnorm_cuda

@@ -28,32 +28,39 @@ typedef __nv_bfloat16 bf16;
 typedef __half f16;
 
 /* ---- conversions (round to nearest even on the way down) ---- */
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
-__device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_f32(f16 v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float to_f32(bf16 v) {
+  return __bfloat162float(v);
+}
 
 template <typename T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ f16 from_f32<f16>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+template <> __device__ __forceinline__ f16 from_f32<f16>(float v) {
+  return __float2half_rn(v);
+}
 template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
 /* VEC consecutive elements moved as one access (16 bytes for the vector paths). */
-template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack { T v[VEC]; };
 
 /* A row vector read once: bypass L1 (ld.global.L1::no_allocate), so that the streams of
  * x and dy do not evict gamma and beta, which every row re-reads from L1. */
-template <typename T, int VEC>
-__device__ __forceinline__ Pack<T, VEC> load_stream(const T *p) {
+template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> load_stream(const T *p) {
   Pack<T, VEC> pk;
   if constexpr (sizeof(Pack<T, VEC>) == 16) {
     uint4 u;
     asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-                 : "l"(p));
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p));
     memcpy(&pk, &u, 16);
   } else if constexpr (sizeof(Pack<T, VEC>) == 4) {
     unsigned u;
@@ -75,16 +82,14 @@ __device__ __forceinline__ void load_stream_f32(const T *p, float *out) {
     out[e] = to_f32(pk.v[e]);
 }
 
-template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T *p, float *out) {
+template <typename T, int VEC> __device__ __forceinline__ void load_vec(const T *p, float *out) {
   const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC> *>(p);
 #pragma unroll
   for (int e = 0; e < VEC; ++e)
     out[e] = to_f32(pk.v[e]);
 }
 
-template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T *p, const float *in) {
+template <typename T, int VEC> __device__ __forceinline__ void store_vec(T *p, const float *in) {
   Pack<T, VEC> pk;
 #pragma unroll
   for (int e = 0; e < VEC; ++e)
@@ -290,8 +295,7 @@ __device__ __forceinline__ void cluster_barrier(int cluster_size) {
 struct LnStats {
   float m1, c, rstd;
 };
-__device__ __forceinline__ LnStats ln_stats(float m1, float s1, float s2, float inv_n,
-                                            float eps) {
+__device__ __forceinline__ LnStats ln_stats(float m1, float s1, float s2, float inv_n, float eps) {
   LnStats st;
   st.m1 = m1;
   st.c = s1 * inv_n;

@@ -36,14 +36,26 @@ fnorm_status device_info(DeviceInfo *d) {
   return FNORM_SUCCESS;
 }
 
-size_t dtype_bytes(fnorm_dtype t) { return t == FNORM_DTYPE_F32 ? 4 : 2; }
+size_t dtype_bytes(fnorm_dtype t) {
+  return t == FNORM_DTYPE_F32 ? 4 : 2;
+}
 
-bool aligned(const void *p, size_t a) { return p == nullptr || ((uintptr_t)p % a) == 0; }
+bool aligned(const void *p, size_t a) {
+  return p == nullptr || ((uintptr_t)p % a) == 0;
+}
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+int64_t round_up(int64_t a, int64_t b) {
+  return ceil_div(a, b) * b;
+}
+int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 /* Threads for a CTA that walks `chunk` vectors, `per_thread` vectors a thread. */
 int row_threads(int64_t chunk, int64_t per_thread) {
@@ -62,8 +74,7 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
   int c = 1;
   while (c < max_cluster && ceil_div(nvec, c) > cap)
     c *= 2;
-  while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count &&
-         ceil_div(nvec, 2 * c) >= 256)
+  while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count && ceil_div(nvec, 2 * c) >= 256)
     c *= 2;
   return c;
 }
@@ -119,8 +130,8 @@ void plan_parts(Plan &pl, const fnorm_problem *p, int64_t resident, int max_clus
          p->rows >= (int64_t)dev.sm_count * resident * 2)
     lanes *= 2;
   pl.cluster_rows = lanes;
-  pl.nparts = max64(1, min64(ceil_div(p->rows, lanes),
-                             (int64_t)dev.sm_count * resident / (pl.cluster * lanes)));
+  pl.nparts = max64(
+      1, min64(ceil_div(p->rows, lanes), (int64_t)dev.sm_count * resident / (pl.cluster * lanes)));
   pl.grid = pl.nparts * pl.cluster * lanes;
 }
 
@@ -271,13 +282,12 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
   k.layernorm = p->norm == FNORM_LAYERNORM;
   cudaStream_t st = (cudaStream_t)stream;
   return by_dtype(p, [&](auto *t, auto *pt) {
-    return launch_forward<std::remove_pointer_t<decltype(t)>,
-                          std::remove_pointer_t<decltype(pt)>>(plan, k, st);
+    return launch_forward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(
+        plan, k, st);
   });
 }
 
-extern "C" fnorm_status fnorm_cuda_backward_workspace_size(const fnorm_problem *p,
-                                                           size_t *bytes) {
+extern "C" fnorm_status fnorm_cuda_backward_workspace_size(const fnorm_problem *p, size_t *bytes) {
   DeviceInfo dev;
   fnorm_status s = device_info(&dev);
   if (s != FNORM_SUCCESS)
@@ -291,8 +301,7 @@ extern "C" fnorm_status fnorm_cuda_backward_workspace_size(const fnorm_problem *
 }
 
 extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_backward_args *a,
-                                            void *workspace, size_t workspace_bytes,
-                                            void *stream) {
+                                            void *workspace, size_t workspace_bytes, void *stream) {
   DeviceInfo dev;
   fnorm_status s = device_info(&dev);
   if (s != FNORM_SUCCESS)
@@ -323,8 +332,7 @@ extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_
   k.from_y = from_y;
   cudaStream_t st = (cudaStream_t)stream;
   return by_dtype(p, [&](auto *t, auto *pt) {
-    return launch_backward<std::remove_pointer_t<decltype(t)>,
-                           std::remove_pointer_t<decltype(pt)>>(plan, k, a->dgamma, a->dbeta,
-                                                                workspace, st);
+    return launch_backward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(
+        plan, k, a->dgamma, a->dbeta, workspace, st);
   });
 }

@@ -207,8 +207,8 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
 template <typename T, int VEC, bool STAGED>
-__device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *row_chunk,
-                                           int64_t i, float *out) {
+__device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *row_chunk, int64_t i,
+                                           float *out) {
   if (STAGED) {
     const Pack<T, VEC> pk = stage[i];
 #pragma unroll
@@ -329,8 +329,7 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
 }
 
 template <typename T, typename P, int VEC>
-static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a,
-                                       cudaStream_t stream) {
+static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
     void (*k)(FwdParams) = nullptr;
     if (plan.vpt == 8 && plan.group == 32)
@@ -351,8 +350,8 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a,
     constexpr int VPT = fwd_reg_vpt(VEC);
     if (plan.vpt != VPT)
       return FNORM_ERR_UNSUPPORTED;
-    return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0,
-                         plan.cluster, stream, a, plan.chunk);
+    return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0, plan.cluster,
+                         stream, a, plan.chunk);
   }
   if (plan.tier == TIER_ROW) {
     if (plan.mode == MODE_STAGED)

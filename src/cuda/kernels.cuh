@@ -56,22 +56,22 @@ enum Mode {
 
 struct Plan {
   int tier;
-  int vec;        /* elements per access: 16 / sizeof(T) on the vector path, else 1 */
-  int group;      /* TIER_WARP: lanes per row */
-  int vpt;        /* TIER_WARP and MODE_REG: vectors per thread */
-  int cluster;    /* TIER_ROW: CTAs per row */
+  int vec;          /* elements per access: 16 / sizeof(T) on the vector path, else 1 */
+  int group;        /* TIER_WARP: lanes per row */
+  int vpt;          /* TIER_WARP and MODE_REG: vectors per thread */
+  int cluster;      /* TIER_ROW: CTAs per row */
   int cluster_rows; /* TIER_ROW backward: rows a cluster works on at once (cluster of
                        cluster * cluster_rows CTAs) */
-  int mode;       /* TIER_ROW: where each CTA's chunk lives (Mode)... */
-  int nbuf;       /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
-  int threads;    /* CTA size */
-  int64_t grid;   /* CTAs launched */
-  int64_t chunk;  /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
-  size_t smem;    /* dynamic shared memory per CTA */
-  int64_t nparts; /* backward: dgamma/dbeta partial rows */
+  int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
+  int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
+  int threads;      /* CTA size */
+  int64_t grid;     /* CTAs launched */
+  int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
+  size_t smem;      /* dynamic shared memory per CTA */
+  int64_t nparts;   /* backward: dgamma/dbeta partial rows */
   /* TIER_STREAM (backward) */
-  int64_t nchunks;       /* row chunks per row in the first kernel */
-  int64_t rows_per_part; /* rows per column-pass CTA */
+  int64_t nchunks;                          /* row chunks per row in the first kernel */
+  int64_t rows_per_part;                    /* rows per column-pass CTA */
   size_t ws_partial, ws_rowpart, ws_rowsum; /* byte offsets into the workspace */
   size_t ws_bytes;
 };
@@ -79,8 +79,12 @@ struct Plan {
 /* Vectors a thread holds in registers in the MODE_REG kernels: 32 elements for the forward,
  * 16 for the backward (which also keeps dgamma/dbeta accumulators); fewer on the one-element
  * path, whose per-element addressing costs registers too. */
-constexpr int fwd_reg_vpt(int vec) { return vec == 1 ? 16 : 32 / vec; }
-constexpr int bwd_reg_vpt(int vec) { return vec == 1 ? 8 : 16 / vec; }
+constexpr int fwd_reg_vpt(int vec) {
+  return vec == 1 ? 16 : 32 / vec;
+}
+constexpr int bwd_reg_vpt(int vec) {
+  return vec == 1 ? 8 : 16 / vec;
+}
 
 template <typename T, typename P>
 fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t stream);
@@ -98,17 +102,15 @@ fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, 
    * dynamic memory, which is cheap and never wrong. */
   /* Ask for the largest shared-memory carve-out too: otherwise the driver may pick a smaller
    * one than the occupancy calculation assumed, and a persistent grid would run in two waves. */
-  if (smem > 0 &&
-      (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-           cudaSuccess ||
-       cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                            cudaSharedmemCarveoutMaxShared) != cudaSuccess)) {
+  if (smem > 0 && (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem) != cudaSuccess ||
+                   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared) != cudaSuccess)) {
     cudaGetLastError();
     return FNORM_ERR_CUDA;
   }
-  if (cluster > 8 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-          cudaSuccess) {
+  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                          1) != cudaSuccess) {
     cudaGetLastError();
     return FNORM_ERR_CUDA;
   }
