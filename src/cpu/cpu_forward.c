@@ -104,38 +104,69 @@ static double sum_squares_double(const float *restrict v, int n, double center) 
   return add_lanes(acc) + tail;
 }
 
-/* The mean pass: chunk [start, start + n) of a row as floats (fp32 in place, else converted into
- * `buffer`), and its sum in double (sum_chunk). */
-static double load_sum_baseline(fnorm_dtype dtype, const void *base, int64_t start, int n,
-                                float *buffer) {
-  return sum_chunk(fnorm_cpu_load(dtype, base, start, n, buffer), n);
-}
-
-/* Sum of d^2, d = (v[i] - center_hi) - center_lo, for the variance around an accurate center.
- * d and d^2 are fp32 and summed in fp32 over blocks of FNORM_CPU_SQUARE_BLOCK elements (sixteen
- * lanes, added pairwise); each block's sum goes into a double. The terms are all positive, so
- * a block's sum is within a few fp32 roundings (relative) of exact, and the whole sum, hence
- * rstd, stays within about an fp32 ulp, at a fraction of the cost of double per element. The
- * caller checks the result for overflow and underflow. The last n % FNORM_CPU_SQUARE_BLOCK
- * elements, too few for their roundings to average out, are done in double. */
-static double sum_squares_baseline(const float *restrict v, int n, double center, float center_hi,
-                                   float center_lo) {
+/* Sum of v[0..n) in fp32 blocks of FNORM_CPU_SQUARE_BLOCK elements (sixteen lanes, added
+ * pairwise), each block's sum folded into a double; the last n % FNORM_CPU_SQUARE_BLOCK elements
+ * in double. Far cheaper than double per element; its error (a few fp32 roundings of each block's
+ * sum) is removed by the correction that the squares pass measures (see forward_rows). */
+static double sum_blocks(const float *restrict v, int n) {
   double total = 0.0;
   int i = 0;
   for (; i + FNORM_CPU_SQUARE_BLOCK <= n; i += FNORM_CPU_SQUARE_BLOCK) {
     float acc[FNORM_CPU_LANES] = {0};
     for (int j = 0; j < FNORM_CPU_SQUARE_BLOCK; j += FNORM_CPU_LANES) {
       for (int k = 0; k < FNORM_CPU_LANES; k++) {
-        float d = (v[i + j + k] - center_hi) - center_lo;
-        acc[k] += d * d;
+        acc[k] += v[i + j + k];
       }
     }
     total += (double)add_lanes_f32(acc);
   }
   for (; i < n; i++) {
+    total += (double)v[i];
+  }
+  return total;
+}
+
+/* The mean pass: chunk [start, start + n) of a row as floats (fp32 in place, else converted into
+ * `buffer`), and its sum: in fp32 blocks (sum_blocks) when `blocks`, else in double (sum_chunk). */
+static double load_sum_baseline(fnorm_dtype dtype, const void *base, int64_t start, int n,
+                                float *buffer, int blocks) {
+  const float *v = fnorm_cpu_load(dtype, base, start, n, buffer);
+  return blocks ? sum_blocks(v, n) : sum_chunk(v, n);
+}
+
+/* Sums of d and of d^2, d = (v[i] - center_hi) - center_lo, for the variance around an accurate
+ * center. d and d^2 are fp32 and summed in fp32 over blocks of FNORM_CPU_SQUARE_BLOCK elements
+ * (sixteen lanes, added pairwise); each block's sums go into doubles. The squares are all
+ * positive, so a block's sum is within a few fp32 roundings (relative) of exact, and the whole
+ * sum, hence rstd, stays within about an fp32 ulp, at a fraction of the cost of double per
+ * element. The sum of d is the mean's correction (the center came from fp32 blocks too). The
+ * caller checks the results for overflow and underflow. The last n % FNORM_CPU_SQUARE_BLOCK
+ * elements, too few for their roundings to average out, are done in double. Returns the sum of
+ * squares and adds the sum of d to *deviation. */
+static double sum_squares_baseline(const float *restrict v, int n, double center, float center_hi,
+                                   float center_lo, double *deviation) {
+  double total = 0.0;
+  double linear = 0.0;
+  int i = 0;
+  for (; i + FNORM_CPU_SQUARE_BLOCK <= n; i += FNORM_CPU_SQUARE_BLOCK) {
+    float acc[FNORM_CPU_LANES] = {0};
+    float acc_d[FNORM_CPU_LANES] = {0};
+    for (int j = 0; j < FNORM_CPU_SQUARE_BLOCK; j += FNORM_CPU_LANES) {
+      for (int k = 0; k < FNORM_CPU_LANES; k++) {
+        float d = (v[i + j + k] - center_hi) - center_lo;
+        acc_d[k] += d;
+        acc[k] += d * d;
+      }
+    }
+    linear += (double)add_lanes_f32(acc_d);
+    total += (double)add_lanes_f32(acc);
+  }
+  for (; i < n; i++) {
     double d = (double)v[i] - center; /* a short tail in double: too few terms to average out */
+    linear += d;
     total += d * d;
   }
+  *deviation += linear;
   return total;
 }
 

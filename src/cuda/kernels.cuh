@@ -42,16 +42,16 @@ struct BwdParams {
 /* Tiers, by row length: */
 enum Tier {
   TIER_WARP = 1,  /* a group of 4..32 lanes per row, the row in registers, several rows a warp */
-  TIER_ROW = 2,   /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row; chunks staged in shared
-                     memory (or, when too large, re-read from global memory / L2) */
+  TIER_ROW = 2,   /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row, each CTA owning a chunk
+                     of it (Mode says where the chunk lives) */
   TIER_STREAM = 3 /* backward only: rows of any length, in column blocks over several kernels */
 };
 
 /* Where a TIER_ROW CTA keeps its chunk of the row. */
 enum Mode {
-  MODE_REG = 1,    /* in registers (VPT vectors a thread), the next row prefetched there too */
-  MODE_STAGED = 2, /* staged in shared memory (nbuf stages) */
-  MODE_GLOBAL = 3  /* re-read from global memory (L2) for each pass */
+  MODE_REG = 1,    /* in registers (VPT vectors a thread), the next row prefetched meanwhile */
+  MODE_STAGED = 2, /* forward: staged in shared memory (nbuf stages) */
+  MODE_GLOBAL = 3  /* forward: re-read from global memory (L2) for each pass */
 };
 
 struct Plan {
