@@ -265,14 +265,6 @@ static const float *load_baseline(fnorm_dtype dtype, const void *base, int64_t s
   return fnorm_cpu_load(dtype, base, start, count, buffer);
 }
 
-/* Asks for bytes [offset, offset + bytes) of base to be brought into the caches: a hint, which
- * the portable form does without. */
-static void prefetch_baseline(const void *base, int64_t offset, size_t bytes) {
-  (void)base;
-  (void)offset;
-  (void)bytes;
-}
-
 static void end_stores_baseline(int stream) {
   (void)stream;
 }
@@ -450,13 +442,6 @@ FNORM_CPU_AVX2_TARGET static void dx_store_avx2(fnorm_dtype dtype, int n, const 
 FNORM_CPU_AVX2_TARGET static const float *load_avx2(fnorm_dtype dtype, const void *base,
                                                     int64_t start, int count, float *buffer) {
   return fnorm_cpu_load_avx2(dtype, base, start, count, buffer);
-}
-
-FNORM_CPU_AVX2_TARGET static void prefetch_avx2(const void *base, int64_t offset, size_t bytes) {
-  const char *first = (const char *)base + offset;
-  for (size_t k = 0; k < bytes; k += 64) {
-    _mm_prefetch(first + k, _MM_HINT_T1); /* into L2: L1 holds the row being finished */
-  }
 }
 
 /* Orders this thread's streaming stores before whatever follows (the end of the call). */

@@ -219,80 +219,124 @@ FNORM_CPU_AVX2_TARGET static double add_lanes_avx2(__m256d acc0, __m256d acc1, _
   return add_lanes(acc);
 }
 
-FNORM_CPU_AVX2_TARGET static double load_sum_avx2(fnorm_dtype dtype, const void *base,
-                                                  int64_t start, int n, float *buffer) {
-  __m256d acc0 = _mm256_setzero_pd(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  const uint16_t *half = (const uint16_t *)base + start;
-  const float *v = (const float *)base + start;
-  int i = 0;
-  switch (dtype) {
-  case FNORM_DTYPE_F32:
-    for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
-      const __m256 v0 = _mm256_loadu_ps(v + i);
-      const __m256 v1 = _mm256_loadu_ps(v + i + 8);
-      FNORM_ACCUMULATE_8(acc0, acc1, v0);
-      FNORM_ACCUMULATE_8(acc2, acc3, v1);
-    }
-    break;
-  case FNORM_DTYPE_F16:
-  case FNORM_DTYPE_BF16: {
-    const int bf16 = dtype == FNORM_DTYPE_BF16;
-    for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
-      const __m256 v0 =
-          bf16 ? fnorm_cpu_avx2_from_bf16(half + i) : fnorm_cpu_avx2_from_f16(half + i);
-      const __m256 v1 =
-          bf16 ? fnorm_cpu_avx2_from_bf16(half + i + 8) : fnorm_cpu_avx2_from_f16(half + i + 8);
-      _mm256_storeu_ps(buffer + i, v0);
-      _mm256_storeu_ps(buffer + i + 8, v1);
-      FNORM_ACCUMULATE_8(acc0, acc1, v0);
-      FNORM_ACCUMULATE_8(acc2, acc3, v1);
-    }
-    /* The tail, converted the portable way. */
-    fnorm_cpu_load(dtype, half + i, 0, n - i, buffer + i);
-    v = buffer;
-    break;
+/* add_lanes_f32 on lanes 0..7 (acc0) and 8..15 (acc1): widths 8, 4, 2, 1. */
+FNORM_CPU_AVX2_TARGET static inline float add_lanes_f32_avx2(__m256 acc0, __m256 acc1) {
+  const __m256 w8 = _mm256_add_ps(acc0, acc1);
+  const __m128 w4 = _mm_add_ps(_mm256_castps256_ps128(w8), _mm256_extractf128_ps(w8, 1));
+  const __m128 w2 = _mm_add_ps(w4, _mm_movehl_ps(w4, w4));
+  const __m128 w1 = _mm_add_ss(w2, _mm_shuffle_ps(w2, w2, 1));
+  return _mm_cvtss_f32(w1);
+}
+
+/* 8 elements of a row at `source` as floats. */
+FNORM_CPU_AVX2_TARGET static inline __m256 load_8(int dtype_code, const void *source) {
+  switch (dtype_code) {
+  case 1:
+    return fnorm_cpu_avx2_from_bf16((const uint16_t *)source);
+  case 2:
+    return fnorm_cpu_avx2_from_f16((const uint16_t *)source);
+  default:
+    return _mm256_loadu_ps((const float *)source);
   }
-  case FNORM_DTYPE_SAME:
+}
+
+/* load_sum_baseline. */
+FNORM_CPU_AVX2_TARGET static double load_sum_avx2(fnorm_dtype dtype, const void *base,
+                                                  int64_t start, int n, float *buffer, int blocks) {
+  if (dtype == FNORM_DTYPE_SAME) {
     return 0.0; /* unreachable: dtypes are checked first */
   }
+  const int code = dtype == FNORM_DTYPE_BF16 ? 1 : dtype == FNORM_DTYPE_F16 ? 2 : 0;
+  const size_t elem = fnorm_cpu_dtype_bytes(dtype);
+  const char *source = (const char *)base + (size_t)start * elem;
+  const int keep = code != 0; /* converted values are stored for the later passes */
+  int i = 0;
+  double total = 0.0;
+  if (blocks) {
+    for (; i + FNORM_CPU_SQUARE_BLOCK <= n; i += FNORM_CPU_SQUARE_BLOCK) {
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* lanes 0..7 and 8..15 */
+      for (int j = i; j < i + FNORM_CPU_SQUARE_BLOCK; j += FNORM_CPU_LANES) {
+        const __m256 v0 = load_8(code, source + (size_t)j * elem);
+        const __m256 v1 = load_8(code, source + (size_t)(j + 8) * elem);
+        if (keep) {
+          _mm256_storeu_ps(buffer + j, v0);
+          _mm256_storeu_ps(buffer + j + 8, v1);
+        }
+        acc0 = _mm256_add_ps(acc0, v0);
+        acc1 = _mm256_add_ps(acc1, v1);
+      }
+      total += (double)add_lanes_f32_avx2(acc0, acc1);
+    }
+  } else {
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (; i + FNORM_CPU_LANES <= n; i += FNORM_CPU_LANES) {
+      const __m256 v0 = load_8(code, source + (size_t)i * elem);
+      const __m256 v1 = load_8(code, source + (size_t)(i + 8) * elem);
+      if (keep) {
+        _mm256_storeu_ps(buffer + i, v0);
+        _mm256_storeu_ps(buffer + i + 8, v1);
+      }
+      FNORM_ACCUMULATE_8(acc0, acc1, v0);
+      FNORM_ACCUMULATE_8(acc2, acc3, v1);
+    }
+    total = add_lanes_avx2(acc0, acc1, acc2, acc3);
+  }
+  /* The tail, converted the portable way and summed in double. */
+  const float *v = fnorm_cpu_load(dtype, source, i, n - i, buffer + i) - i;
   double tail = 0.0;
   for (; i < n; i++) {
     tail += (double)v[i];
   }
-  return add_lanes_avx2(acc0, acc1, acc2, acc3) + tail;
+  return total + tail;
 }
 
-/* d = (v - center_hi) - center_lo; acc += d * d, on 8 lanes. */
-#define FNORM_SQUARE_8(acc, v, hi, lo)                                                             \
+/* d = (v - center_hi) - center_lo; acc_d += d; acc += d * d, on 8 lanes. */
+#define FNORM_SQUARE_8(acc, acc_d, v, hi, lo)                                                      \
   do {                                                                                             \
     const __m256 d_ = _mm256_sub_ps(_mm256_sub_ps(v, hi), lo);                                     \
+    acc_d = _mm256_add_ps(acc_d, d_);                                                              \
     acc = _mm256_add_ps(acc, _mm256_mul_ps(d_, d_));                                               \
   } while (0)
 
 FNORM_CPU_AVX2_TARGET static double sum_squares_avx2(const float *restrict v, int n, double center,
-                                                     float center_hi, float center_lo) {
+                                                     float center_hi, float center_lo,
+                                                     double *deviation) {
   const __m256 hi = _mm256_set1_ps(center_hi);
   const __m256 lo = _mm256_set1_ps(center_lo);
   double total = 0.0;
+  double linear = 0.0;
   int i = 0;
   for (; i + FNORM_CPU_SQUARE_BLOCK <= n; i += FNORM_CPU_SQUARE_BLOCK) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* lanes 0..7 and 8..15 */
+    __m256 acc_d0 = acc0, acc_d1 = acc0;
     for (int j = 0; j < FNORM_CPU_SQUARE_BLOCK; j += FNORM_CPU_LANES) {
-      FNORM_SQUARE_8(acc0, _mm256_loadu_ps(v + i + j), hi, lo);
-      FNORM_SQUARE_8(acc1, _mm256_loadu_ps(v + i + j + 8), hi, lo);
+      FNORM_SQUARE_8(acc0, acc_d0, _mm256_loadu_ps(v + i + j), hi, lo);
+      FNORM_SQUARE_8(acc1, acc_d1, _mm256_loadu_ps(v + i + j + 8), hi, lo);
     }
-    /* add_lanes_f32: widths 8, 4, 2, 1. */
-    const __m256 w8 = _mm256_add_ps(acc0, acc1);
-    const __m128 w4 = _mm_add_ps(_mm256_castps256_ps128(w8), _mm256_extractf128_ps(w8, 1));
-    const __m128 w2 = _mm_add_ps(w4, _mm_movehl_ps(w4, w4));
-    const __m128 w1 = _mm_add_ss(w2, _mm_shuffle_ps(w2, w2, 1));
-    total += (double)_mm_cvtss_f32(w1);
+    linear += (double)add_lanes_f32_avx2(acc_d0, acc_d1);
+    total += (double)add_lanes_f32_avx2(acc0, acc1);
   }
   for (; i < n; i++) {
     double d = (double)v[i] - center; /* a short tail in double: too few terms to average out */
+    linear += d;
     total += d * d;
   }
+  *deviation += linear;
   return total;
+}
+
+/* fnorm_cpu_avx2_to_bf16_16 for values known not to be NaN: the same rounding, without the
+ * NaN select (one compare of all 16 values decides which form runs). */
+FNORM_CPU_AVX2_TARGET static inline __m256i bf16_bits_no_nan(__m256 value) {
+  const __m256i bits = _mm256_castps_si256(value);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb),
+                           16);
+}
+
+FNORM_CPU_AVX2_TARGET static inline __m256i to_bf16_16_no_nan(__m256 v0, __m256 v1) {
+  const __m256i packed = _mm256_packus_epi32(bf16_bits_no_nan(v0), bf16_bits_no_nan(v1));
+  return _mm256_permute4x64_epi64(packed, 0xd8); /* the pack works within 128-bit halves */
 }
 
 /* normalize_store_baseline on 8 lanes. */
@@ -322,29 +366,47 @@ normalize_store_avx2(fnorm_dtype dtype, const float *restrict x, const float *re
     normalize_store_baseline(dtype, x, gamma, beta, y_row, start, i, center_hi, center_lo, rstd, 0,
                              scratch);
   }
+  /* One loop per dtype and store kind, so that no test is left inside a loop. */
   if (dtype == FNORM_DTYPE_F32) {
     float *y = (float *)y_row + start;
-    for (; i + 8 <= n; i += 8) {
-      const __m256 v = normalize_8(x + i, gamma + i, beta + i, hi, lo, r);
-      if (stream) {
-        _mm256_stream_ps(y + i, v);
-      } else {
-        _mm256_storeu_ps(y + i, v);
+    if (stream) {
+      for (; i + 8 <= n; i += 8) {
+        _mm256_stream_ps(y + i, normalize_8(x + i, gamma + i, beta + i, hi, lo, r));
+      }
+    } else {
+      for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i, normalize_8(x + i, gamma + i, beta + i, hi, lo, r));
       }
     }
-  } else {
+  } else if (dtype == FNORM_DTYPE_F16) {
     uint16_t *y = (uint16_t *)y_row + start;
-    const int bf16 = dtype == FNORM_DTYPE_BF16;
     for (; i + 16 <= n; i += 16) {
       const __m256 v0 = normalize_8(x + i, gamma + i, beta + i, hi, lo, r);
       const __m256 v1 = normalize_8(x + i + 8, gamma + i + 8, beta + i + 8, hi, lo, r);
-      const __m256i h = bf16 ? fnorm_cpu_avx2_to_bf16_16(v0, v1) : fnorm_cpu_avx2_to_f16_16(v0, v1);
+      const __m256i h = fnorm_cpu_avx2_to_f16_16(v0, v1);
       if (stream) {
         _mm256_stream_si256((__m256i *)(void *)(y + i), h);
       } else {
         _mm256_storeu_si256((__m256i *)(void *)(y + i), h);
       }
     }
+  } else {
+    uint16_t *y = (uint16_t *)y_row + start;
+#define FNORM_BF16_LOOP(store)                                                                     \
+  for (; i + 16 <= n; i += 16) {                                                                   \
+    const __m256 v0 = normalize_8(x + i, gamma + i, beta + i, hi, lo, r);                          \
+    const __m256 v1 = normalize_8(x + i + 8, gamma + i + 8, beta + i + 8, hi, lo, r);              \
+    const __m256i h = _mm256_movemask_ps(_mm256_cmp_ps(v0, v1, _CMP_UNORD_Q)) == 0                 \
+                          ? to_bf16_16_no_nan(v0, v1)                                              \
+                          : fnorm_cpu_avx2_to_bf16_16(v0, v1);                                     \
+    store((__m256i *)(void *)(y + i), h);                                                          \
+  }
+    if (stream) {
+      FNORM_BF16_LOOP(_mm256_stream_si256)
+    } else {
+      FNORM_BF16_LOOP(_mm256_storeu_si256)
+    }
+#undef FNORM_BF16_LOOP
   }
   normalize_store_baseline(dtype, x + i, gamma + i, beta + i, y_row, start + i, n - i, center_hi,
                            center_lo, rstd, 0, scratch);

@@ -53,11 +53,21 @@ FNORM_FORWARD_NAME(forward_rows)(const fnorm_problem *p, const fnorm_forward_arg
 
     double center = 0.0;
     if (p->norm == FNORM_LAYERNORM) {
+      /* With fp32_squares the sum is taken in fp32 blocks and corrected by the squares pass;
+       * a sum that overflowed fp32 (finite data beyond about 2^127 / 64) is taken again in
+       * double. */
       double sum = 0.0;
       for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
         int n = fnorm_cpu_chunk_length(cols, start);
         sum += FNORM_FORWARD_NAME(load_sum)(dtype, x_row, start, n,
-                                            resident ? buf->x + start : buf->x);
+                                            resident ? buf->x + start : buf->x, fp32_squares);
+      }
+      if (fp32_squares && !isfinite(sum)) {
+        sum = 0.0;
+        for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
+          int n = fnorm_cpu_chunk_length(cols, start);
+          sum += FNORM_FORWARD_NAME(load_sum)(dtype, x_row, start, n, buf->y, 0);
+        }
       }
       center = sum / (double)cols;
     } else if (resident && dtype != FNORM_DTYPE_F32) {
@@ -70,15 +80,35 @@ FNORM_FORWARD_NAME(forward_rows)(const fnorm_problem *p, const fnorm_forward_arg
       x_resident = dtype == FNORM_DTYPE_F32 ? (const float *)x_row : buf->x;
     }
 
-    /* The center as an unevaluated sum of two floats (see normalize_chunk_baseline). */
-    const float center_hi = (float)center;
-    const float center_lo = (float)(center - (double)center_hi);
     double squares = 0.0;
-    for (int64_t start = 0; start < cols && fp32_squares; start += FNORM_CPU_CHUNK) {
-      int n = fnorm_cpu_chunk_length(cols, start);
-      squares += FNORM_FORWARD_NAME(sum_squares)(
-          FNORM_FORWARD_NAME(chunk_of)(x_resident, dtype, x_row, start, n, buf->x), n, center,
-          center_hi, center_lo);
+    /* Squares around the center in fp32 blocks, with the sum of the deviations d. For
+     * LayerNorm the center moves by their mean, m = sum(d) / cols (which removes the fp32
+     * roundings of the mean pass), and sum((d - m)^2) = sum(d^2) - cols * m^2. Should m not be
+     * tiny against the spread (sum(d^2) would then have lost relative accuracy to
+     * cancellation), the squares are taken again around the corrected center; a second round
+     * always suffices, as m is then far below an fp32 rounding of the center. */
+    for (int round = 0; round < 2 && fp32_squares; round++) {
+      const float center_hi = (float)center;
+      const float center_lo = (float)(center - (double)center_hi);
+      double deviation = 0.0;
+      squares = 0.0;
+      for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
+        int n = fnorm_cpu_chunk_length(cols, start);
+        squares += FNORM_FORWARD_NAME(sum_squares)(
+            FNORM_FORWARD_NAME(chunk_of)(x_resident, dtype, x_row, start, n, buf->x), n, center,
+            center_hi, center_lo, &deviation);
+      }
+      if (p->norm != FNORM_LAYERNORM || !isfinite(center) || !isfinite(deviation) ||
+          !isfinite(squares)) {
+        break; /* RMSNorm's center stays 0; non-finite rows are left to the checks below */
+      }
+      const double shift = deviation / (double)cols;
+      center += shift;
+      const double moved = shift * deviation; /* cols * m^2 */
+      if (moved <= squares * 0x1p-10) {
+        squares -= moved;
+        break;
+      }
     }
     if (!fp32_squares ||
         (!(squares >= FNORM_CPU_SQUARES_MIN * (double)cols && squares <= DBL_MAX) &&
@@ -92,6 +122,9 @@ FNORM_FORWARD_NAME(forward_rows)(const fnorm_problem *p, const fnorm_forward_arg
             FNORM_FORWARD_NAME(chunk_of)(x_resident, dtype, x_row, start, n, buf->x), n, center);
       }
     }
+    /* The center as an unevaluated sum of two floats (see normalize_store_baseline). */
+    const float center_hi = (float)center;
+    const float center_lo = (float)(center - (double)center_hi);
     const double rstd = 1.0 / sqrt(squares / (double)cols + (double)p->eps);
     if (a->mean != NULL) {
       a->mean[row] = (float)center;
@@ -100,9 +133,17 @@ FNORM_FORWARD_NAME(forward_rows)(const fnorm_problem *p, const fnorm_forward_arg
       a->rstd[row] = (float)rstd;
     }
 
-    /* With y == x (in place) each chunk is read completely before it is written. */
+    /* With y == x (in place) each chunk is read completely before it is written. A resident
+     * row is read from L1 here, so the next row is prefetched meanwhile (its pointer is formed
+     * only when there is a next row: a huge valid stride could overflow it otherwise). */
+    const void *next_x_row =
+        resident && row + 1 < end ? fnorm_cpu_row(a->x, dtype, p->x_stride, row + 1) : NULL;
+    const int64_t elem = (int64_t)fnorm_cpu_dtype_bytes(dtype);
     for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
       int n = fnorm_cpu_chunk_length(cols, start);
+      if (next_x_row != NULL) {
+        FNORM_FORWARD_NAME(prefetch)(next_x_row, start * elem, (size_t)n * elem);
+      }
       const float *x = FNORM_FORWARD_NAME(chunk_of)(x_resident, dtype, x_row, start, n, buf->x);
       const float *gamma = gamma_resident != NULL
                                ? gamma_resident + start
