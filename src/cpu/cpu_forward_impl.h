@@ -133,11 +133,12 @@ FNORM_FORWARD_NAME(forward_rows)(const fnorm_problem *p, const fnorm_forward_arg
       a->rstd[row] = (float)rstd;
     }
 
-    /* With y == x (in place) each chunk is read completely before it is written. A resident
-     * row is read from L1 here, so the next row is prefetched meanwhile (its pointer is formed
-     * only when there is a next row: a huge valid stride could overflow it otherwise). */
+    /* With y == x (in place) each chunk is read completely before it is written. This pass
+     * reads x from L1 (resident rows) or L2 (long rows, read by the passes before), so the
+     * next row is prefetched meanwhile (its pointer is formed only when there is a next row:
+     * a huge valid stride could overflow it otherwise). */
     const void *next_x_row =
-        resident && row + 1 < end ? fnorm_cpu_row(a->x, dtype, p->x_stride, row + 1) : NULL;
+        row + 1 < end ? fnorm_cpu_row(a->x, dtype, p->x_stride, row + 1) : NULL;
     const int64_t elem = (int64_t)fnorm_cpu_dtype_bytes(dtype);
     for (int64_t start = 0; start < cols; start += FNORM_CPU_CHUNK) {
       int n = fnorm_cpu_chunk_length(cols, start);
