@@ -129,7 +129,10 @@ static const int64_t sizes_full[] = {
     513,   767,   768,   1023,  1024,  1025,  1536,   2047,   2048,   2049,   3000,       4095,
     4096,  4097,  5120,  6143,  8191,  8192,  8193,   12289,  16383,  16384,  16385,      24577,
     32767, 32768, 32769, 65535, 65536, 65537, 131071, 262144, 262147, 802816, 1048576 + 7};
-static const int64_t sizes_quick[] = {1, 7, 33, 128, 257, 1025, 4097, 16385, 65537, 262147};
+/* Odd lengths take the one-element paths, multiples of 8 the 16-byte vector paths (and on
+ * sm_90 the bulk-copy ring tier, a cluster per row from 16384 on). */
+static const int64_t sizes_quick[] = {1,    7,    33,    128,   257,   1024,   1025,
+                                      4096, 4097, 16384, 16385, 65537, 262144, 262147};
 
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
  * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */

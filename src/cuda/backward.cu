@@ -333,6 +333,176 @@ __global__ void __launch_bounds__(512, 1)
   cluster_barrier(csize);
 }
 
+/* Rows of up to 16 * 512 * VPT vectors, sm_90: a CTA, or a cluster of CTAs, per row, dy and x
+ * (or y) streaming through a ring of `nstages` shared-memory stages filled by bulk copies that
+ * thread 0 issues up to nstages rows ahead. Thread t owns vectors t + k * blockDim.x (k < VPT)
+ * of its CTA's chunk: it copies them into registers once the stage lands (the stage is then
+ * refilled at once), keeps gamma and its dgamma/dbeta accumulators in registers across all
+ * rows, and needs one reduction a row (one exchange across the cluster). At the end each CTA
+ * writes its chunk of the cluster's partial row. */
+template <typename T, typename P, int VEC, int VPT>
+__global__ void __launch_bounds__(512, 1)
+    bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int EPT = VEC * VPT;
+  typedef Pack<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ RingRed red;
+  __shared__ unsigned long long full[kRingMaxStages];
+  V *ring = reinterpret_cast<V *>(dyn_smem); /* stage s: dy at 2s * chunk, x at (2s + 1) * chunk */
+  int csize, crank;
+  cluster_shape(csize, crank);
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)crank * chunk_vecs;
+  const int count = (int)(v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0);
+  const uint32_t bytes = (uint32_t)count * (uint32_t)sizeof(V);
+  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < nstages; ++s)
+      mbar_init(&full[s], 1);
+    mbar_init(&red.xbar[0], 1);
+    mbar_init(&red.xbar[1], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (csize > 1)
+    cg::this_cluster().sync();
+  const T *dychunk = (const T *)a.dy + v0 * VEC;
+  const T *xychunk = (const T *)a.xy + v0 * VEC;
+  auto issue = [&](int s, int64_t row) {
+    mbar_expect(&full[s], 2 * bytes);
+    bulk_load(ring + 2 * s * chunk_vecs, dychunk + row * a.dy_stride, bytes, &full[s]);
+    bulk_load(ring + (2 * s + 1) * chunk_vecs, xychunk + row * a.xy_stride, bytes, &full[s]);
+  };
+  if (threadIdx.x == 0 && count > 0)
+    for (int s = 0; s < nstages; ++s) {
+      const int64_t row = cluster_id + (int64_t)s * nclusters;
+      if (row < a.rows)
+        issue(s, row);
+    }
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = a.from_y ? (const P *)a.beta : nullptr;
+  const float inv_n = 1.f / (float)a.cols;
+  bool mine[VPT];
+  float gm[EPT], acc_g[EPT], acc_b[EPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    mine[k] = i < count;
+    if (mine[k]) {
+      load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, &gm[k * VEC]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        gm[k * VEC + e] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < EPT; ++j)
+    acc_g[j] = acc_b[j] = 0.f;
+  /* The row's mean and rstd are loaded a row ahead, so their latency hides behind a row. */
+  float cmu = 0.f, crs = 0.f;
+  if (cluster_id < a.rows)
+    row_stats(a, cluster_id, cmu, crs);
+  int round = 0, xround = 0, s = 0;
+  uint32_t phase = 0;
+  for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
+    const float mu = cmu, rs = crs;
+    if (row + nclusters < a.rows)
+      row_stats(a, row + nclusters, cmu, crs);
+    if (count > 0)
+      mbar_wait(&full[s], phase);
+    const V *sdy = ring + 2 * s * chunk_vecs, *sxy = sdy + chunk_vecs;
+    float d[EPT], xh[EPT];
+    float sums[2] = {0.f, 0.f};
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (mine[k]) {
+        const int i = threadIdx.x + k * blockDim.x;
+        const V pd = sdy[i], px = sxy[i];
+        float xv[VEC], bt[VEC], g[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          d[k * VEC + e] = to_f32(pd.v[e]);
+          xv[e] = to_f32(px.v[e]);
+        }
+        load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
+        bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          sums[0] += g[e];
+          sums[1] += g[e] * xh[k * VEC + e];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          d[k * VEC + e] = xh[k * VEC + e] = 0.f;
+      }
+    }
+    if (!a.layernorm)
+      sums[0] = 0.f;
+    cta_sum<2>(sums, red, round);
+    if (threadIdx.x == 0 && count > 0) {
+      const int64_t next = row + (int64_t)nstages * nclusters;
+      if (next < a.rows) {
+        fence_proxy_async();
+        issue(s, next);
+      }
+    }
+    if (++s == nstages) {
+      s = 0;
+      phase ^= 1u;
+    }
+    if (csize > 1) {
+      const int slot =
+          cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), red, xround, csize);
+      sums[0] = sums[1] = 0.f;
+      for (int r = 0; r < csize; ++r) {
+        sums[0] += red.cta[slot][r].x;
+        sums[1] += red.cta[slot][r].y;
+      }
+    }
+    T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (!mine[k])
+        continue;
+      const int i = threadIdx.x + k * blockDim.x;
+      float out[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int j = k * VEC + e;
+        out[e] = rs * (d[j] * gm[j] - (sums[0] + xh[j] * sums[1]) * inv_n);
+        acc_g[j] += d[j] * xh[j];
+        acc_b[j] += d[j];
+      }
+      if (dxr)
+        store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
+    }
+  }
+  if (a.want_dparams) {
+    float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
+    float *pb = a.partial + (a.nparts + cluster_id) * a.cols + v0 * VEC;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (mine[k]) {
+        const int64_t i = threadIdx.x + k * blockDim.x;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          pg[i * VEC + e] = acc_g[k * VEC + e];
+          pb[i * VEC + e] = acc_b[k * VEC + e];
+        }
+      }
+  }
+  cluster_barrier(csize);
+#else
+  (void)a;
+  (void)chunk_vecs;
+  (void)nstages;
+  __trap(); /* dispatched on sm_90 and newer only */
+#endif
+}
+
 /* ---- stream tier: rows of any length ---- */
 
 /* Block b handles row b / nchunks, vectors [chunk * chunk_vecs, ...) of it: partial sums of g
@@ -465,8 +635,39 @@ __global__ void __launch_bounds__(1024)
 }
 
 template <typename T, typename P, int VEC>
-static fnorm_status launch_backward_vec(const Plan &plan, const BwdParams &a, char *ws,
+static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws,
                                         cudaStream_t stream) {
+  if (plan.tier == TIER_RING) {
+    if constexpr (VEC * sizeof(T) == 16) {
+      void (*k)(BwdParams, int64_t, int) = nullptr;
+      switch (plan.vpt) {
+      case 1:
+        k = bwd_ring_kernel<T, P, VEC, 1>;
+        break;
+      case 2:
+        k = bwd_ring_kernel<T, P, VEC, 2>;
+        break;
+      case 4: /* fp32 only: 16-bit rows would spill 32 elements' accumulators */
+        if constexpr (VEC == 4)
+          k = bwd_ring_kernel<T, P, VEC, 4>;
+        break;
+      default:
+        break;
+      }
+      if (!k)
+        return FNORM_ERR_UNSUPPORTED;
+      /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */
+      int64_t units = 0;
+      const fnorm_status st =
+          persistent_units(k, plan.threads, plan.smem, plan.cluster, plan.nparts, &units);
+      if (st != FNORM_SUCCESS)
+        return st;
+      a.nparts = units;
+      return launch_kernel(k, units * plan.cluster, plan.threads, plan.smem, plan.cluster, stream,
+                           a, plan.chunk, plan.nbuf);
+    }
+    return FNORM_ERR_UNSUPPORTED; /* the ring needs 16-byte vectors */
+  }
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;
     void (*k)(BwdParams) = nullptr;
@@ -538,7 +739,7 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
   if (s != FNORM_SUCCESS || !a.want_dparams)
     return s;
   int lanes = 1;
-  while (lanes < 32 && lanes < plan.nparts)
+  while (lanes < 32 && lanes < a.nparts)
     lanes *= 2;
   const int64_t blocks = (a.cols + 31) / 32;
   cudaLaunchConfig_t cfg = {};

@@ -265,6 +265,120 @@ __device__ __forceinline__ void row_sum(float (&v)[K], ReduceSmem<K> &sm, int &r
   ++round;
 }
 
+/* Most stages a ring kernel's shared memory holds. */
+constexpr int kRingMaxStages = 8;
+
+/* ---- bulk-copy rings (sm_90): rows staged in shared memory by the copy engine ----
+ *
+ * A ring of S stages, each filled by one cp.async.bulk per array (a whole chunk of a row, one
+ * instruction issued by one thread) and completed on the stage's mbarrier. Many rows are in
+ * flight at no register and almost no instruction cost, which the register-prefetching and
+ * cp.async kernels could not achieve together. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+/* One arrival that also announces `bytes` of incoming copies for the current phase. */
+__device__ __forceinline__ void mbar_expect(unsigned long long *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long *bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(smem_addr(bar)), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+/* Copy `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into
+ * this CTA's shared memory, completing on `bar`. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
+                                          unsigned long long *bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+               "[%3];" ::"r"(smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+/* Orders this CTA's earlier generic-proxy accesses to shared memory (the reads of a stage)
+ * before later async-proxy writes to it (the next bulk copy into that stage). */
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+#endif
+
+/* Shared scratch of the ring kernels' reductions: warp partials (two slots, one barrier per
+ * sum) and the cluster exchange (two slots of up to 16 CTAs x 4 floats, filled by st.async and
+ * counted on an mbarrier per slot). */
+struct RingRed {
+  float warp[2][32][4];
+  float4 cta[2][16];
+  unsigned long long xbar[2];
+};
+
+/* Sum K <= 4 values over the CTA (every thread gets the same bits). Every thread calls it;
+ * `round` alternates the slot. */
+template <int K> __device__ __forceinline__ void cta_sum(float (&v)[K], RingRed &sm, int &round) {
+  group_sum<32, K>(v);
+  const int slot = round & 1;
+  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      sm.warp[slot][warp][k] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.f;
+    for (int w = 0; w < nwarps; ++w)
+      s += sm.warp[slot][w][k];
+    v[k] = s;
+  }
+  ++round;
+}
+
+/* Give every CTA of the cluster (size csize) this CTA's four values: afterwards
+ * sm.cta[slot][r] holds CTA r's, for every r; returns the slot. Every CTA calls it in the same
+ * round (`xround`, which it advances), after a __syncthreads since its previous call (which
+ * the caller's cta_sum provides), and after the ring's mbarrier initialization. */
+__device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xround, int csize) {
+  const int slot = xround & 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t bar = smem_addr(&sm.xbar[slot]);
+  const uint32_t me = cluster_rank();
+  if (threadIdx.x == 0)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"((uint32_t)(csize * 16))
+                 : "memory");
+  if ((int)threadIdx.x < csize) {
+    const uint32_t peer = threadIdx.x;
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+        "[%5];" ::"r"(cluster_addr(smem_addr(&sm.cta[slot][me]), peer)),
+        "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cluster_addr(bar, peer))
+        : "memory");
+  }
+  const uint32_t parity = (uint32_t)(xround >> 1) & 1u;
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+#else
+  (void)csize;
+  sm.cta[slot][0] = v;
+#endif
+  ++xround;
+  return slot;
+}
+
 /* Cluster geometry of the calling CTA: (1, 0) without a cluster or before sm_90. */
 __device__ __forceinline__ void cluster_shape(int &size, int &rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -7,6 +7,7 @@
  * same call on the same device always runs the same kernels in the same order: the results
  * are bitwise reproducible.
  */
+#include <stdlib.h>
 #include <type_traits>
 
 #include "kernels.cuh"
@@ -31,8 +32,8 @@ fnorm_status device_info(DeviceInfo *d) {
       cudaDeviceGetAttribute(&d->smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
                              d->device) != cudaSuccess)
     return FNORM_ERR_CUDA;
-  /* Leave room for the kernels' static shared memory (reduction scratch). */
-  d->max_smem_optin -= 1024;
+  /* Leave room for the kernels' static shared memory (reduction scratch, ring barriers). */
+  d->max_smem_optin -= 2048;
   return FNORM_SUCCESS;
 }
 
@@ -79,10 +80,87 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
   return c;
 }
 
+/* Knobs of the ring tier. The defaults are the library's choices; a build with FNORM_TUNING
+ * (a developer option, never a release build) reads overrides from FNORM_TUNE_* environment
+ * variables, so one benchmark run on a GPU can sweep them. */
+struct Tuning {
+  int fwd_ring;    /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int fwd_stages;  /* stages of the ring, at most */
+  int fwd_threads; /* threads a CTA, at most (more vectors a thread beyond) */
+  int fwd_cap;     /* vectors a CTA, at most (a cluster beyond) */
+  int bwd_ring, bwd_stages, bwd_threads, bwd_cap;
+};
+
+#ifdef FNORM_TUNING
+int tune_knob(const char *name, int fallback) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : fallback;
+}
+#endif
+
+Tuning tuning() {
+  Tuning t = {1, 4, 256, 2048, 1, 4, 512, 1024};
+#ifdef FNORM_TUNING
+  t.fwd_ring = tune_knob("FNORM_TUNE_FWD_RING", t.fwd_ring);
+  t.fwd_stages = tune_knob("FNORM_TUNE_FWD_STAGES", t.fwd_stages);
+  t.fwd_threads = tune_knob("FNORM_TUNE_FWD_THREADS", t.fwd_threads);
+  t.fwd_cap = tune_knob("FNORM_TUNE_FWD_CAP", t.fwd_cap);
+  t.bwd_ring = tune_knob("FNORM_TUNE_BWD_RING", t.bwd_ring);
+  t.bwd_stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.bwd_stages);
+  t.bwd_threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.bwd_threads);
+  t.bwd_cap = tune_knob("FNORM_TUNE_BWD_CAP", t.bwd_cap);
+#endif
+  return t;
+}
+
+/* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (x; or dy
+ * and x), vectors a thread from `vpts` (ascending, at most max_vpt): false when no shape fits
+ * (more than 16 CTAs a row, or fewer than two stages). */
+bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int max_vpt, int stages,
+               int max_threads, int64_t cap, const DeviceInfo &dev) {
+  if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1)
+    return false;
+  const int64_t stage_per_vec = 16 * (int64_t)arrays;
+  int c = 1;
+  while (c <= 16 &&
+         (ceil_div(nvec, c) > cap || ceil_div(nvec, c) > (int64_t)max_vpt * kMaxThreads ||
+          2 * ceil_div(nvec, c) * stage_per_vec > dev.max_smem_optin))
+    c *= 2;
+  if (c > 16)
+    return false;
+  /* Too few rows to fill the GPU: split them further while the chunks stay sizeable. */
+  while (c < 16 && p->rows * c < 2 * (int64_t)dev.sm_count && ceil_div(nvec, 2 * c) >= 256)
+    c *= 2;
+  pl.tier = TIER_RING;
+  pl.cluster = c;
+  pl.chunk = ceil_div(nvec, c);
+  pl.vpt = 1;
+  while (pl.vpt < max_vpt && ceil_div(pl.chunk, pl.vpt) > max_threads)
+    pl.vpt *= 2;
+  pl.threads = (int)max64(32, round_up(ceil_div(pl.chunk, pl.vpt), 32));
+  if (pl.threads > kMaxThreads)
+    return false;
+  const int64_t stage = pl.chunk * stage_per_vec;
+  pl.nbuf = (int)min64(min64(stages, kRingMaxStages), dev.max_smem_optin / stage);
+  if (pl.nbuf < 2)
+    return false;
+  pl.smem = (size_t)(pl.nbuf * stage);
+  return true;
+}
+
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
+  const Tuning tn = tuning();
+  if (vec * dtype_bytes(p->dtype) == 16 && tn.fwd_ring > 0 &&
+      (nvec > 256 || (tn.fwd_ring >= 2 && nvec >= 32)) &&
+      plan_ring(pl, p, nvec, 1, 8, tn.fwd_stages, tn.fwd_threads, tn.fwd_cap, dev)) {
+    pl.grid = -min64(p->rows, kMaxGrid / pl.cluster); /* persistent: as many clusters as fit */
+    return pl;
+  }
+  pl = Plan{};
+  pl.vec = vec;
   if (nvec <= 256) {
     pl.tier = TIER_WARP;
     pl.vpt = nvec <= 128 ? 4 : 8;
@@ -161,7 +239,18 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
-  if (nvec <= 32 * vpt) {
+  const Tuning tn = tuning();
+  if (vec * dtype_bytes(p->dtype) == 16 && tn.bwd_ring > 0 &&
+      (nvec > 32 * vpt || (tn.bwd_ring >= 2 && nvec >= 32)) &&
+      plan_ring(pl, p, nvec, 2, vec == 4 ? 4 : 2, tn.bwd_stages, tn.bwd_threads, tn.bwd_cap, dev)) {
+    /* One partial row per resident cluster, found at launch; bound it here for the workspace
+     * by shared memory and threads alone (registers only lower it). */
+    const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
+                                          (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 2048)));
+    pl.nparts = max64(1, min64(p->rows, per_sm * dev.sm_count / pl.cluster));
+  } else if (nvec <= 32 * vpt) {
+    pl = Plan{};
+    pl.vec = vec;
     pl.tier = TIER_WARP;
     pl.vpt = vpt;
     pl.group = 4;
@@ -172,6 +261,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
     pl.nparts = pl.grid;
   } else {
+    pl = Plan{};
+    pl.vec = vec;
     const int c = split_rows(p, nvec, (int64_t)kMaxThreads * reg_vpt, max_cluster, dev);
     const int64_t chunk = ceil_div(nvec, c);
     if (nvec < kBwdStreamMinVecs && chunk <= (int64_t)kMaxThreads * reg_vpt) {

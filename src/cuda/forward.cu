@@ -205,6 +205,190 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
   cluster_barrier(csize);
 }
 
+/* A CTA, or a cluster of CTAs (sm_90), per row; the rows stream through a ring of `nstages`
+ * shared-memory stages filled by bulk copies (one instruction a row chunk, issued by thread 0
+ * up to nstages rows ahead), so the memory system stays busy through every reduction's
+ * barrier. Thread t owns vectors t + k * blockDim.x (k < VPT) of its CTA's chunk, copied into
+ * registers as soon as the stage lands; the stage is then refilled at once.
+ *
+ * LayerNorm needs a single exchange across the cluster: each CTA sums its chunk, centres it on
+ * its own chunk mean mc and sums (x - mc) and (x - mc)^2 (two barriers inside the CTA, cheap);
+ * the cluster then shares (mc, S1, S2) and every CTA combines them in rank order, relative to
+ * rank 0's mc (Chan's pairwise update, exact in form, no cancellation). */
+template <typename T, typename P, int VEC, int VPT>
+__global__ void __launch_bounds__(512)
+    fwd_ring_kernel(FwdParams a, int64_t chunk_vecs, int nstages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int EPT = VEC * VPT;
+  typedef Pack<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ RingRed red;
+  __shared__ unsigned long long full[kRingMaxStages];
+  V *ring = reinterpret_cast<V *>(dyn_smem);
+  int csize, crank;
+  cluster_shape(csize, crank);
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)crank * chunk_vecs;
+  const int count = (int)(v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0);
+  const uint32_t bytes = (uint32_t)count * (uint32_t)sizeof(V);
+  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < nstages; ++s)
+      mbar_init(&full[s], 1);
+    mbar_init(&red.xbar[0], 1);
+    mbar_init(&red.xbar[1], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (csize > 1)
+    cg::this_cluster().sync(); /* every peer's exchange barriers exist before the first send */
+  const T *xchunk = (const T *)a.x + v0 * VEC;
+  if (threadIdx.x == 0 && count > 0)
+    for (int s = 0; s < nstages; ++s) {
+      const int64_t row = cluster_id + (int64_t)s * nclusters;
+      if (row < a.rows) {
+        mbar_expect(&full[s], bytes);
+        bulk_load(ring + (int64_t)s * chunk_vecs, xchunk + row * a.x_stride, bytes, &full[s]);
+      }
+    }
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  const float inv_n = 1.f / (float)a.cols;
+  bool mine[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    mine[k] = (int)threadIdx.x + k * (int)blockDim.x < count;
+  int round = 0, xround = 0, s = 0;
+  uint32_t phase = 0;
+  for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
+    float v[EPT];
+    if (count > 0)
+      mbar_wait(&full[s], phase);
+    const V *stage = ring + (int64_t)s * chunk_vecs;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (mine[k]) {
+        const V pk = stage[threadIdx.x + k * blockDim.x];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = to_f32(pk.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = 0.f;
+      }
+    }
+    float sum[1] = {0.f};
+    if (a.layernorm) {
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        sum[0] += v[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        sum[0] += v[j] * v[j];
+    }
+    cta_sum<1>(sum, red, round);
+    /* Every thread has copied the stage into registers: refill it, nstages rows ahead. */
+    if (threadIdx.x == 0 && count > 0) {
+      const int64_t next = row + (int64_t)nstages * nclusters;
+      if (next < a.rows) {
+        fence_proxy_async();
+        mbar_expect(&full[s], bytes);
+        bulk_load(ring + (int64_t)s * chunk_vecs, xchunk + next * a.x_stride, bytes, &full[s]);
+      }
+    }
+    if (++s == nstages) {
+      s = 0;
+      phase ^= 1u;
+    }
+    float off = 0.f, rstd, mean_out = 0.f;
+    if (a.layernorm) {
+      const float nc = (float)(count * VEC);
+      const float mc = count > 0 ? sum[0] / nc : 0.f;
+      float t[2] = {0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = mine[k] ? v[k * VEC + e] - mc : 0.f;
+          v[k * VEC + e] = d; /* from here on v holds x - mc */
+          t[0] += d;
+          t[1] += d * d;
+        }
+      cta_sum<2>(t, red, round);
+      float c, m2, mref = mc;
+      if (csize == 1) {
+        c = t[0] * inv_n;
+        m2 = t[1] - t[0] * c;
+      } else {
+        const int slot = cluster_exchange(make_float4(mc, t[0], t[1], 0.f), red, xround, csize);
+        mref = red.cta[slot][0].x;
+        float sc = 0.f;
+        for (int r = 0; r < csize; ++r) {
+          const float4 q = red.cta[slot][r];
+          const int64_t lo = (int64_t)r * chunk_vecs;
+          const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
+          if (nr > 0)
+            sc += (float)(nr * VEC) * ((q.x - mref) + q.y / (float)(nr * VEC));
+        }
+        c = sc * inv_n;
+        m2 = 0.f;
+        for (int r = 0; r < csize; ++r) {
+          const float4 q = red.cta[slot][r];
+          const int64_t lo = (int64_t)r * chunk_vecs;
+          const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
+          if (nr > 0) {
+            const float fn = (float)(nr * VEC);
+            const float dr = ((q.x - mref) + q.y / fn) - c;
+            m2 += (q.z - q.y * (q.y / fn)) + fn * dr * dr;
+          }
+        }
+      }
+      float var = m2 * inv_n;
+      var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN must stay NaN */
+      rstd = 1.f / sqrtf(var + a.eps);
+      off = c - (mc - mref); /* x - (mref + c) = (x - mc) - off */
+      mean_out = mref + c;
+    } else {
+      if (csize > 1) {
+        const int slot = cluster_exchange(make_float4(sum[0], 0.f, 0.f, 0.f), red, xround, csize);
+        sum[0] = 0.f;
+        for (int r = 0; r < csize; ++r)
+          sum[0] += red.cta[slot][r].x;
+      }
+      rstd = 1.f / sqrtf(sum[0] * inv_n + a.eps);
+    }
+    if (crank == 0 && threadIdx.x == 0) {
+      if (a.mean)
+        a.mean[row] = mean_out;
+      if (a.rstd)
+        a.rstd[row] = rstd;
+    }
+    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (!mine[k])
+        continue;
+      const int i = threadIdx.x + k * blockDim.x;
+      float g[VEC], b[VEC], out[VEC];
+      load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
+      load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        out[e] = fmaf((v[k * VEC + e] - off) * rstd, g[e], b[e]);
+      store_vec<T, VEC>(yr + (int64_t)i * VEC, out);
+    }
+  }
+  cluster_barrier(csize); /* peers may still send into this CTA's exchange slots */
+#else
+  (void)a;
+  (void)chunk_vecs;
+  (void)nstages;
+  __trap(); /* dispatched on sm_90 and newer only */
+#endif
+}
+
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
 template <typename T, int VEC, bool STAGED>
 __device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *row_chunk, int64_t i,
@@ -345,6 +529,30 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     else
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+  }
+  if (plan.tier == TIER_RING) {
+    if constexpr (VEC * sizeof(T) == 16) {
+      void (*k)(FwdParams, int64_t, int) = nullptr;
+      switch (plan.vpt) {
+      case 1:
+        k = fwd_ring_kernel<T, P, VEC, 1>;
+        break;
+      case 2:
+        k = fwd_ring_kernel<T, P, VEC, 2>;
+        break;
+      case 4:
+        k = fwd_ring_kernel<T, P, VEC, 4>;
+        break;
+      case 8:
+        k = fwd_ring_kernel<T, P, VEC, 8>;
+        break;
+      default:
+        return FNORM_ERR_UNSUPPORTED;
+      }
+      return launch_kernel(k, plan.grid, plan.threads, plan.smem, plan.cluster, stream, a,
+                           plan.chunk, plan.nbuf);
+    }
+    return FNORM_ERR_UNSUPPORTED; /* the ring needs 16-byte vectors */
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);

@@ -41,10 +41,12 @@ struct BwdParams {
 
 /* Tiers, by row length: */
 enum Tier {
-  TIER_WARP = 1,  /* a group of 4..32 lanes per row, the row in registers, several rows a warp */
-  TIER_ROW = 2,   /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row, each CTA owning a chunk
-                     of it (Mode says where the chunk lives) */
-  TIER_STREAM = 3 /* backward only: rows of any length, in column blocks over several kernels */
+  TIER_WARP = 1,   /* a group of 4..32 lanes per row, the row in registers, several rows a warp */
+  TIER_ROW = 2,    /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row, each CTA owning a chunk
+                      of it (Mode says where the chunk lives) */
+  TIER_STREAM = 3, /* backward only: rows of any length, in column blocks over several kernels */
+  TIER_RING = 4    /* sm_90, 16-byte vectors: a CTA or cluster per row, rows streamed through a
+                      ring of shared-memory stages by bulk copies (nbuf stages) */
 };
 
 /* Where a TIER_ROW CTA keeps its chunk of the row. */
@@ -92,6 +94,57 @@ template <typename T, typename P>
 fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *dbeta,
                              void *workspace, cudaStream_t stream);
 
+/* Clusters (or CTAs, when cluster == 1) of `kernel` that can be resident on the device at once,
+ * at most max_units: the size of a persistent launch. */
+template <typename... KArgs>
+fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem, int cluster,
+                              int64_t max_units, int64_t *units) {
+  if (smem > 0 && (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem) != cudaSuccess ||
+                   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared) != cudaSuccess)) {
+    cudaGetLastError();
+    return FNORM_ERR_CUDA;
+  }
+  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                          1) != cudaSuccess) {
+    cudaGetLastError();
+    return FNORM_ERR_CUDA;
+  }
+  int resident = 0;
+  if (cluster > 1) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)cluster, 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      return FNORM_ERR_CUDA;
+    }
+  } else {
+    int dev = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+            cudaSuccess) {
+      cudaGetLastError();
+      return FNORM_ERR_CUDA;
+    }
+    resident = per_sm * sms;
+  }
+  if (resident < 1)
+    return FNORM_ERR_UNSUPPORTED; /* the configuration cannot run on this device */
+  *units = resident < max_units ? resident : max_units;
+  return FNORM_SUCCESS;
+}
+
 /* Launch a kernel with a cluster dimension (when cluster > 1), dynamic shared memory and
  * the attributes both need; returns FNORM_ERR_CUDA on any failure. A negative grid asks for
  * a persistent launch: as many clusters as can be resident at once, at most -grid. */
@@ -129,26 +182,10 @@ fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, 
     cfg.numAttrs = 1;
   }
   if (grid < 0) {
-    int resident = 0;
-    if (cluster > 1) {
-      if (cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg) != cudaSuccess) {
-        cudaGetLastError();
-        return FNORM_ERR_CUDA;
-      }
-    } else {
-      int dev = 0, sms = 0, per_sm = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess ||
-          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
-              cudaSuccess) {
-        cudaGetLastError();
-        return FNORM_ERR_CUDA;
-      }
-      resident = per_sm * sms;
-    }
-    if (resident < 1)
-      return FNORM_ERR_UNSUPPORTED; /* the configuration cannot run on this device */
-    const int64_t units = resident < -grid ? resident : -grid;
+    int64_t units = 0;
+    const fnorm_status st = persistent_units(kernel, threads, smem, cluster, -grid, &units);
+    if (st != FNORM_SUCCESS)
+      return st;
     cfg.gridDim = dim3((unsigned)(units * cluster), 1, 1);
   }
   if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {
