@@ -99,11 +99,12 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           d[k * VEC + e] = xh[k * VEC + e] = g[k * VEC + e] = 0.f;
       }
     }
+    float gx[EPT];
 #pragma unroll
-    for (int j = 0; j < EPT; ++j) {
-      s[0] += g[j];
-      s[1] += g[j] * xh[j];
-    }
+    for (int j = 0; j < EPT; ++j)
+      gx[j] = g[j] * xh[j];
+    s[0] = tree_sum<EPT>(g);
+    s[1] = tree_sum<EPT>(gx);
     if (!a.layernorm)
       s[0] = 0.f;
     group_sum<GROUP, 2>(s);
@@ -413,32 +414,31 @@ __global__ void __launch_bounds__(512, 1)
     if (count > 0)
       mbar_wait(&full[s], phase);
     const V *sdy = ring + 2 * s * chunk_vecs, *sxy = sdy + chunk_vecs;
-    float d[EPT], xh[EPT];
-    float sums[2] = {0.f, 0.f};
+    float d[EPT], xh[EPT], g[EPT], gx[EPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (mine[k]) {
         const int i = threadIdx.x + k * blockDim.x;
         const V pd = sdy[i], px = sxy[i];
-        float xv[VEC], bt[VEC], g[VEC];
+        float xv[VEC], bt[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           d[k * VEC + e] = to_f32(pd.v[e]);
           xv[e] = to_f32(px.v[e]);
         }
         load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
-        bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          sums[0] += g[e];
-          sums[1] += g[e] * xh[k * VEC + e];
-        }
+        bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC],
+                       &g[k * VEC]);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          d[k * VEC + e] = xh[k * VEC + e] = 0.f;
+          d[k * VEC + e] = xh[k * VEC + e] = g[k * VEC + e] = 0.f;
       }
     }
+#pragma unroll
+    for (int j = 0; j < EPT; ++j)
+      gx[j] = g[j] * xh[j];
+    float sums[2] = {tree_sum<EPT>(g), tree_sum<EPT>(gx)};
     if (!a.layernorm)
       sums[0] = 0.f;
     cta_sum<2>(sums, red, round);

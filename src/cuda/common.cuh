@@ -141,6 +141,21 @@ __device__ __forceinline__ void stage_issue(Pack<T, VEC> *stage, const T *src, i
 
 /* ---- reductions ---- */
 
+/* Pairwise sums of a thread's N values: a tree of depth log2(N) instead of a chain of N
+ * dependent additions (the kernels were latency-bound on those chains), and more accurate. */
+template <int N> __device__ __forceinline__ float tree_sum(const float *a) {
+  if constexpr (N == 1)
+    return a[0];
+  else
+    return tree_sum<N / 2>(a) + tree_sum<N - N / 2>(a + N / 2);
+}
+template <int N> __device__ __forceinline__ float tree_sumsq(const float *a) {
+  if constexpr (N == 1)
+    return a[0] * a[0];
+  else
+    return tree_sumsq<N / 2>(a) + tree_sumsq<N - N / 2>(a + N / 2);
+}
+
 /* Sum over aligned groups of WIDTH lanes (a power of two <= 32); every lane gets the sum.
  * All 32 lanes of the warp must call it. */
 template <int WIDTH, int K> __device__ __forceinline__ void group_sum(float (&v)[K]) {

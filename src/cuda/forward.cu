@@ -48,23 +48,18 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
     }
     float rstd, mean_out = 0.f;
     if (a.layernorm) {
-      float s[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        s[0] += v[j];
+      float s[2] = {tree_sum<EPT>(v), 0.f};
       group_sum<GROUP, 2>(s);
       const float m1 = s[0] * inv_n;
-      float t[2] = {0.f, 0.f};
+      float dv[EPT];
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         const bool ok = ((int64_t)k * GROUP + lane) * VEC < a.cols;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float d = ok ? v[k * VEC + e] - m1 : 0.f;
-          t[0] += d;
-          t[1] += d * d;
-        }
+        for (int e = 0; e < VEC; ++e)
+          dv[k * VEC + e] = ok ? v[k * VEC + e] - m1 : 0.f;
       }
+      float t[2] = {tree_sum<EPT>(dv), tree_sumsq<EPT>(dv)};
       group_sum<GROUP, 2>(t);
       const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
 #pragma unroll
@@ -73,10 +68,7 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       rstd = st.rstd;
       mean_out = st.m1 + st.c;
     } else {
-      float s[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        s[0] += v[j] * v[j];
+      float s[2] = {tree_sumsq<EPT>(v), 0.f};
       group_sum<GROUP, 2>(s);
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
@@ -149,32 +141,22 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
         v[k * VEC + e] = mine[k] ? to_f32(cur[k].v[e]) : 0.f;
     float m1 = 0.f, c = 0.f, rstd;
     if (a.layernorm) {
-      float s[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        s[0] += v[j];
+      float s[2] = {tree_sum<EPT>(v), 0.f};
       row_sum<2>(s, red, round, 0, csize);
       m1 = s[0] * inv_n;
       /* From here on v holds x - m1 (0 outside the row), which the output needs too. */
-      float t[2] = {0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float d = mine[k] ? v[k * VEC + e] - m1 : 0.f;
-          v[k * VEC + e] = d;
-          t[0] += d;
-          t[1] += d * d;
-        }
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = mine[k] ? v[k * VEC + e] - m1 : 0.f;
+      float t[2] = {tree_sum<EPT>(v), tree_sumsq<EPT>(v)};
       row_sum<2>(t, red, round, 0, csize);
       const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
       c = st.c;
       rstd = st.rstd;
     } else {
-      float s[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        s[0] += v[j] * v[j];
+      float s[2] = {tree_sumsq<EPT>(v), 0.f};
       row_sum<2>(s, red, round, 0, csize);
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
@@ -258,6 +240,18 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
     mine[k] = (int)threadIdx.x + k * (int)blockDim.x < count;
+  /* Up to 16 elements a thread, gamma and beta stay in registers across the rows (otherwise
+   * they come from L1, which the ring's shared-memory carve-out leaves small). */
+  constexpr bool CACHE = EPT <= 16;
+  float gmc[CACHE ? EPT : 1], btc[CACHE ? EPT : 1];
+  if constexpr (CACHE) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t col = (v0 + threadIdx.x + (int64_t)k * blockDim.x) * VEC;
+      load_param<P, VEC>(mine[k] ? gamma : nullptr, col, 1.f, &gmc[k * VEC]);
+      load_param<P, VEC>(mine[k] ? beta : nullptr, col, 0.f, &btc[k * VEC]);
+    }
+  }
   int round = 0, xround = 0, s = 0;
   uint32_t phase = 0;
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
@@ -278,16 +272,7 @@ __global__ void __launch_bounds__(512)
           v[k * VEC + e] = 0.f;
       }
     }
-    float sum[1] = {0.f};
-    if (a.layernorm) {
-#pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        sum[0] += v[j];
-    } else {
-#pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        sum[0] += v[j] * v[j];
-    }
+    float sum[1] = {a.layernorm ? tree_sum<EPT>(v) : tree_sumsq<EPT>(v)};
     cta_sum<1>(sum, red, round);
     /* Every thread has copied the stage into registers: refill it, nstages rows ahead. */
     if (threadIdx.x == 0 && count > 0) {
@@ -306,16 +291,12 @@ __global__ void __launch_bounds__(512)
     if (a.layernorm) {
       const float nc = (float)(count * VEC);
       const float mc = count > 0 ? sum[0] / nc : 0.f;
-      float t[2] = {0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float d = mine[k] ? v[k * VEC + e] - mc : 0.f;
-          v[k * VEC + e] = d; /* from here on v holds x - mc */
-          t[0] += d;
-          t[1] += d * d;
-        }
+        for (int e = 0; e < VEC; ++e) /* from here on v holds x - mc */
+          v[k * VEC + e] = mine[k] ? v[k * VEC + e] - mc : 0.f;
+      float t[2] = {tree_sum<EPT>(v), tree_sumsq<EPT>(v)};
       cta_sum<2>(t, red, round);
       float c, m2, mref = mc;
       if (csize == 1) {
@@ -372,8 +353,16 @@ __global__ void __launch_bounds__(512)
         continue;
       const int i = threadIdx.x + k * blockDim.x;
       float g[VEC], b[VEC], out[VEC];
-      load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
-      load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
+      if constexpr (CACHE) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          g[e] = gmc[k * VEC + e];
+          b[e] = btc[k * VEC + e];
+        }
+      } else {
+        load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
+        load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
+      }
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         out[e] = fmaf((v[k * VEC + e] - off) * rstd, g[e], b[e]);
