@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(512, 1)
  * rows, and needs one reduction a row (one exchange across the cluster). At the end each CTA
  * writes its chunk of the cluster's partial row. */
 template <typename T, typename P, int VEC, int VPT>
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(512, VPT == 1 ? 2 : 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int EPT = VEC * VPT;
@@ -414,31 +414,34 @@ __global__ void __launch_bounds__(512, 1)
     if (count > 0)
       mbar_wait(&full[s], phase);
     const V *sdy = ring + 2 * s * chunk_vecs, *sxy = sdy + chunk_vecs;
-    float d[EPT], xh[EPT], g[EPT], gx[EPT];
+    float d[EPT], xh[EPT];
+    /* Four partial sums each: short dependency chains without holding g for the whole row. */
+    float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (mine[k]) {
         const int i = threadIdx.x + k * blockDim.x;
         const V pd = sdy[i], px = sxy[i];
-        float xv[VEC], bt[VEC];
+        float xv[VEC], bt[VEC], g[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           d[k * VEC + e] = to_f32(pd.v[e]);
           xv[e] = to_f32(px.v[e]);
         }
         load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
-        bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC],
-                       &g[k * VEC]);
+        bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          p0[e & 3] += g[e];
+          p1[e & 3] = fmaf(g[e], xh[k * VEC + e], p1[e & 3]);
+        }
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          d[k * VEC + e] = xh[k * VEC + e] = g[k * VEC + e] = 0.f;
+          d[k * VEC + e] = xh[k * VEC + e] = 0.f;
       }
     }
-#pragma unroll
-    for (int j = 0; j < EPT; ++j)
-      gx[j] = g[j] * xh[j];
-    float sums[2] = {tree_sum<EPT>(g), tree_sum<EPT>(gx)};
+    float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
     if (!a.layernorm)
       sums[0] = 0.f;
     cta_sum<2>(sums, red, round);

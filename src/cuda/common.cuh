@@ -434,6 +434,84 @@ __device__ __forceinline__ LnStats ln_stats(float m1, float s1, float s2, float 
   return st;
 }
 
+/* Before the first cluster_exchange: the exchange barriers exist before any CTA signals them. */
+__device__ __forceinline__ void ring_red_init(RingRed &red, int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (csize > 1) {
+    if (threadIdx.x == 0) {
+      mbar_init(&red.xbar[0], 1);
+      mbar_init(&red.xbar[1], 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cg::this_cluster().sync();
+  }
+#else
+  (void)red;
+  (void)csize;
+#endif
+}
+
+/* LayerNorm statistics of a row split over the csize CTAs of a cluster (csize may be 1), in one
+ * exchange. Each CTA reduced its chunk of nr elements (nr from its rank: chunk_vecs vectors of
+ * vec elements, fewer or none for the last ranks): first its mean mc, then S1 = sum(x - mc)
+ * and S2 = sum((x - mc)^2). The chunks are combined in rank order relative to rank 0's mc
+ * (Chan's pairwise update: no cancellation), and the CTA's elements are then normalized as
+ * ((x - mc) - off) * rstd. Every thread of the cluster calls it, in the same round. */
+struct RowStats {
+  float off, rstd, mean;
+};
+__device__ __forceinline__ RowStats ln_cluster_stats(float mc, float s1, float s2, RingRed &red,
+                                                     int &xround, int csize, int64_t chunk_vecs,
+                                                     int64_t nvec, int vec, float inv_n,
+                                                     float eps) {
+  float c, m2, mref = mc;
+  if (csize == 1) {
+    c = s1 * inv_n;
+    m2 = s2 - s1 * c;
+  } else {
+    const int slot = cluster_exchange(make_float4(mc, s1, s2, 0.f), red, xround, csize);
+    mref = red.cta[slot][0].x;
+    float sc = 0.f;
+    for (int r = 0; r < csize; ++r) {
+      const float4 q = red.cta[slot][r];
+      const int64_t lo = (int64_t)r * chunk_vecs;
+      const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
+      if (nr > 0)
+        sc += (float)(nr * vec) * ((q.x - mref) + q.y / (float)(nr * vec));
+    }
+    c = sc * inv_n;
+    m2 = 0.f;
+    for (int r = 0; r < csize; ++r) {
+      const float4 q = red.cta[slot][r];
+      const int64_t lo = (int64_t)r * chunk_vecs;
+      const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
+      if (nr > 0) {
+        const float fn = (float)(nr * vec);
+        const float dr = ((q.x - mref) + q.y / fn) - c;
+        m2 += (q.z - q.y * (q.y / fn)) + fn * dr * dr;
+      }
+    }
+  }
+  float var = m2 * inv_n;
+  var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN must stay NaN so the row's rstd shows it */
+  RowStats st;
+  st.rstd = 1.f / sqrtf(var + eps);
+  st.off = c - (mc - mref); /* x - (mref + c) = (x - mc) - off */
+  st.mean = mref + c;
+  return st;
+}
+
+/* RMSNorm: the sum of squares over the cluster, in rank order (csize may be 1). */
+__device__ __forceinline__ float cluster_sum(float v, RingRed &red, int &xround, int csize) {
+  if (csize == 1)
+    return v;
+  const int slot = cluster_exchange(make_float4(v, 0.f, 0.f, 0.f), red, xround, csize);
+  float s = 0.f;
+  for (int r = 0; r < csize; ++r)
+    s += red.cta[slot][r].x;
+  return s;
+}
+
 /* ---- host helpers ---- */
 struct DeviceInfo {
   int device;

@@ -89,6 +89,8 @@ struct Tuning {
   int fwd_threads; /* threads a CTA, at most (more vectors a thread beyond) */
   int fwd_cap;     /* vectors a CTA, at most (a cluster beyond) */
   int bwd_ring, bwd_stages, bwd_threads, bwd_cap;
+  int bwd_vpt;     /* vectors a thread in the backward ring: 0 = fewest that fit */
+  int fwd_reg_ept; /* elements a thread in the forward register tier (16 or 32) */
 };
 
 #ifdef FNORM_TUNING
@@ -99,7 +101,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 256, 2048, 1, 4, 512, 1024};
+  Tuning t = {0, 4, 256, 2048, 1, 4, 512, 1024, 2, 32};
 #ifdef FNORM_TUNING
   t.fwd_ring = tune_knob("FNORM_TUNE_FWD_RING", t.fwd_ring);
   t.fwd_stages = tune_knob("FNORM_TUNE_FWD_STAGES", t.fwd_stages);
@@ -109,6 +111,8 @@ Tuning tuning() {
   t.bwd_stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.bwd_stages);
   t.bwd_threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.bwd_threads);
   t.bwd_cap = tune_knob("FNORM_TUNE_BWD_CAP", t.bwd_cap);
+  t.bwd_vpt = tune_knob("FNORM_TUNE_BWD_VPT", t.bwd_vpt);
+  t.fwd_reg_ept = tune_knob("FNORM_TUNE_FWD_REG_EPT", t.fwd_reg_ept);
 #endif
   return t;
 }
@@ -116,8 +120,8 @@ Tuning tuning() {
 /* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (x; or dy
  * and x), vectors a thread from `vpts` (ascending, at most max_vpt): false when no shape fits
  * (more than 16 CTAs a row, or fewer than two stages). */
-bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int max_vpt, int stages,
-               int max_threads, int64_t cap, const DeviceInfo &dev) {
+bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int min_vpt, int max_vpt,
+               int stages, int max_threads, int64_t cap, const DeviceInfo &dev) {
   if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1)
     return false;
   const int64_t stage_per_vec = 16 * (int64_t)arrays;
@@ -134,7 +138,7 @@ bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int m
   pl.tier = TIER_RING;
   pl.cluster = c;
   pl.chunk = ceil_div(nvec, c);
-  pl.vpt = 1;
+  pl.vpt = min_vpt;
   while (pl.vpt < max_vpt && ceil_div(pl.chunk, pl.vpt) > max_threads)
     pl.vpt *= 2;
   pl.threads = (int)max64(32, round_up(ceil_div(pl.chunk, pl.vpt), 32));
@@ -155,7 +159,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const Tuning tn = tuning();
   if (vec * dtype_bytes(p->dtype) == 16 && tn.fwd_ring > 0 &&
       (nvec > 256 || (tn.fwd_ring >= 2 && nvec >= 32)) &&
-      plan_ring(pl, p, nvec, 1, 8, tn.fwd_stages, tn.fwd_threads, tn.fwd_cap, dev)) {
+      plan_ring(pl, p, nvec, 1, 1, 8, tn.fwd_stages, tn.fwd_threads, tn.fwd_cap, dev)) {
     pl.grid = -min64(p->rows, kMaxGrid / pl.cluster); /* persistent: as many clusters as fit */
     return pl;
   }
@@ -175,7 +179,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   pl.tier = TIER_ROW;
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
-  const int vpt = fwd_reg_vpt(vec);
+  /* Elements a thread: 32 (the default) or 16 (tuning); the one-element path keeps its own. */
+  const int vpt = vec > 1 && tn.fwd_reg_ept == 16 ? fwd_reg_vpt(vec) / 2 : fwd_reg_vpt(vec);
   int c = split_rows(p, nvec, (int64_t)kMaxThreads * vpt, max_cluster, dev);
   pl.chunk = ceil_div(nvec, c);
   if (pl.chunk <= (int64_t)kMaxThreads * vpt) {
@@ -242,7 +247,9 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const Tuning tn = tuning();
   if (vec * dtype_bytes(p->dtype) == 16 && tn.bwd_ring > 0 &&
       (nvec > 32 * vpt || (tn.bwd_ring >= 2 && nvec >= 32)) &&
-      plan_ring(pl, p, nvec, 2, vec == 4 ? 4 : 2, tn.bwd_stages, tn.bwd_threads, tn.bwd_cap, dev)) {
+      plan_ring(pl, p, nvec, 2, tn.bwd_vpt > 0 ? tn.bwd_vpt : 1,
+                tn.bwd_vpt > 0 ? tn.bwd_vpt : (vec == 4 ? 4 : 2), tn.bwd_stages, tn.bwd_threads,
+                tn.bwd_cap, dev)) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),

@@ -48,18 +48,23 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
     }
     float rstd, mean_out = 0.f;
     if (a.layernorm) {
-      float s[2] = {tree_sum<EPT>(v), 0.f};
+      float s[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        s[0] += v[j];
       group_sum<GROUP, 2>(s);
       const float m1 = s[0] * inv_n;
-      float dv[EPT];
+      float t[2] = {0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         const bool ok = ((int64_t)k * GROUP + lane) * VEC < a.cols;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          dv[k * VEC + e] = ok ? v[k * VEC + e] - m1 : 0.f;
+        for (int e = 0; e < VEC; ++e) {
+          const float d = ok ? v[k * VEC + e] - m1 : 0.f;
+          t[0] += d;
+          t[1] += d * d;
+        }
       }
-      float t[2] = {tree_sum<EPT>(dv), tree_sumsq<EPT>(dv)};
       group_sum<GROUP, 2>(t);
       const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
 #pragma unroll
@@ -68,7 +73,10 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       rstd = st.rstd;
       mean_out = st.m1 + st.c;
     } else {
-      float s[2] = {tree_sumsq<EPT>(v), 0.f};
+      float s[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < EPT; ++j)
+        s[0] += v[j] * v[j];
       group_sum<GROUP, 2>(s);
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
@@ -104,10 +112,10 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
 template <typename T, typename P, int VEC, int VPT>
 __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
   constexpr int EPT = VEC * VPT;
-  __shared__ ReduceSmem<2> red;
+  __shared__ RingRed red;
   int csize, crank;
   cluster_shape(csize, crank);
-  row_sum_init(red, csize);
+  ring_red_init(red, csize);
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)crank * chunk_vecs;
   const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
@@ -127,7 +135,7 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
       if (mine[k])
         dst[k] = load_stream<T, VEC>(src + (threadIdx.x + (int64_t)k * blockDim.x) * VEC);
   };
-  int round = 0;
+  int round = 0, xround = 0;
   if (cluster_id < a.rows)
     load_row(cur, cluster_id);
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
@@ -139,30 +147,34 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         v[k * VEC + e] = mine[k] ? to_f32(cur[k].v[e]) : 0.f;
-    float m1 = 0.f, c = 0.f, rstd;
+    /* LayerNorm: the CTA's chunk mean mc, then the sums centred on it (two barriers inside the
+     * CTA), then one exchange across the cluster (ln_cluster_stats). */
+    float c = 0.f, rstd, mean_out = 0.f;
     if (a.layernorm) {
-      float s[2] = {tree_sum<EPT>(v), 0.f};
-      row_sum<2>(s, red, round, 0, csize);
-      m1 = s[0] * inv_n;
-      /* From here on v holds x - m1 (0 outside the row), which the output needs too. */
+      float s[1] = {tree_sum<EPT>(v)};
+      cta_sum<1>(s, red, round);
+      const float mc = count > 0 ? s[0] / (float)(count * VEC) : 0.f;
+      /* From here on v holds x - mc (0 outside the row), which the output needs too. */
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = mine[k] ? v[k * VEC + e] - m1 : 0.f;
+          v[k * VEC + e] = mine[k] ? v[k * VEC + e] - mc : 0.f;
       float t[2] = {tree_sum<EPT>(v), tree_sumsq<EPT>(v)};
-      row_sum<2>(t, red, round, 0, csize);
-      const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
-      c = st.c;
+      cta_sum<2>(t, red, round);
+      const RowStats st =
+          ln_cluster_stats(mc, t[0], t[1], red, xround, csize, chunk_vecs, nvec, VEC, inv_n, a.eps);
+      c = st.off;
       rstd = st.rstd;
+      mean_out = st.mean;
     } else {
-      float s[2] = {tree_sumsq<EPT>(v), 0.f};
-      row_sum<2>(s, red, round, 0, csize);
-      rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
+      float s[1] = {tree_sumsq<EPT>(v)};
+      cta_sum<1>(s, red, round);
+      rstd = 1.f / sqrtf(cluster_sum(s[0], red, xround, csize) * inv_n + a.eps);
     }
     if (crank == 0 && threadIdx.x == 0) {
       if (a.mean)
-        a.mean[row] = m1 + c;
+        a.mean[row] = mean_out;
       if (a.rstd)
         a.rstd[row] = rstd;
     }
@@ -177,7 +189,7 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
       load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        out[e] = fmaf((v[k * VEC + e] - c) * rstd, g[e], b[e]); /* v = x - m1 (LN), x (RMS) */
+        out[e] = fmaf((v[k * VEC + e] - c) * rstd, g[e], b[e]); /* v = x - mc (LN), x (RMS) */
       store_vec<T, VEC>(yr + i * VEC, out);
     }
 #pragma unroll
@@ -298,47 +310,13 @@ __global__ void __launch_bounds__(512)
           v[k * VEC + e] = mine[k] ? v[k * VEC + e] - mc : 0.f;
       float t[2] = {tree_sum<EPT>(v), tree_sumsq<EPT>(v)};
       cta_sum<2>(t, red, round);
-      float c, m2, mref = mc;
-      if (csize == 1) {
-        c = t[0] * inv_n;
-        m2 = t[1] - t[0] * c;
-      } else {
-        const int slot = cluster_exchange(make_float4(mc, t[0], t[1], 0.f), red, xround, csize);
-        mref = red.cta[slot][0].x;
-        float sc = 0.f;
-        for (int r = 0; r < csize; ++r) {
-          const float4 q = red.cta[slot][r];
-          const int64_t lo = (int64_t)r * chunk_vecs;
-          const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
-          if (nr > 0)
-            sc += (float)(nr * VEC) * ((q.x - mref) + q.y / (float)(nr * VEC));
-        }
-        c = sc * inv_n;
-        m2 = 0.f;
-        for (int r = 0; r < csize; ++r) {
-          const float4 q = red.cta[slot][r];
-          const int64_t lo = (int64_t)r * chunk_vecs;
-          const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
-          if (nr > 0) {
-            const float fn = (float)(nr * VEC);
-            const float dr = ((q.x - mref) + q.y / fn) - c;
-            m2 += (q.z - q.y * (q.y / fn)) + fn * dr * dr;
-          }
-        }
-      }
-      float var = m2 * inv_n;
-      var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN must stay NaN */
-      rstd = 1.f / sqrtf(var + a.eps);
-      off = c - (mc - mref); /* x - (mref + c) = (x - mc) - off */
-      mean_out = mref + c;
+      const RowStats st =
+          ln_cluster_stats(mc, t[0], t[1], red, xround, csize, chunk_vecs, nvec, VEC, inv_n, a.eps);
+      off = st.off;
+      rstd = st.rstd;
+      mean_out = st.mean;
     } else {
-      if (csize > 1) {
-        const int slot = cluster_exchange(make_float4(sum[0], 0.f, 0.f, 0.f), red, xround, csize);
-        sum[0] = 0.f;
-        for (int r = 0; r < csize; ++r)
-          sum[0] += red.cta[slot][r].x;
-      }
-      rstd = 1.f / sqrtf(sum[0] * inv_n + a.eps);
+      rstd = 1.f / sqrtf(cluster_sum(sum[0], red, xround, csize) * inv_n + a.eps);
     }
     if (crank == 0 && threadIdx.x == 0) {
       if (a.mean)
@@ -545,10 +523,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
-    if (plan.vpt != VPT)
-      return FNORM_ERR_UNSUPPORTED;
-    return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0, plan.cluster,
-                         stream, a, plan.chunk);
+    if (plan.vpt == VPT)
+      return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0, plan.cluster,
+                           stream, a, plan.chunk);
+    if constexpr (VEC > 1)
+      if (plan.vpt == VPT / 2)
+        return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT / 2>, plan.grid, plan.threads, 0,
+                             plan.cluster, stream, a, plan.chunk);
+    return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW) {
     if (plan.mode == MODE_STAGED)
