@@ -76,6 +76,13 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     acc_g[j] = acc_b[j] = 0.f;
 
   for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
+    if constexpr (VEC * sizeof(T) == 16) {
+      const int64_t ahead = base + a.prefetch * nwarps * ROWS_PER_WARP + (threadIdx.x & 31);
+      if (a.prefetch > 0 && (threadIdx.x & 31) < ROWS_PER_WARP && ahead < a.rows) {
+        prefetch_l2(dy + ahead * a.dy_stride, (uint32_t)(a.cols * sizeof(T)));
+        prefetch_l2(xy + ahead * a.xy_stride, (uint32_t)(a.cols * sizeof(T)));
+      }
+    }
     const int64_t row = base + group_in_warp;
     const bool row_ok = row < a.rows;
     float mu = 0.f, rs = 0.f;

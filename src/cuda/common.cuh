@@ -326,6 +326,19 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 #endif
 
+/* Ask the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2, with no
+ * register or shared-memory cost: rows a few iterations ahead are then already in L2 when
+ * their loads issue, so far more bytes are in flight than registers could hold. sm_90 only (a
+ * no-op before). */
+__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 /* Shared scratch of the ring kernels' reductions: warp partials (two slots, one barrier per
  * sum) and the cluster exchange (two slots of up to 16 CTAs x 4 floats, filled by st.async and
  * counted on an mbarrier per slot). */
@@ -469,28 +482,33 @@ __device__ __forceinline__ RowStats ln_cluster_stats(float mc, float s1, float s
     c = s1 * inv_n;
     m2 = s2 - s1 * c;
   } else {
+    /* Lane r of every warp takes rank r's terms; xor butterflies add them, which gives every
+     * lane (and every warp: same inputs, same tree) the same bits. */
     const int slot = cluster_exchange(make_float4(mc, s1, s2, 0.f), red, xround, csize);
     mref = red.cta[slot][0].x;
-    float sc = 0.f;
-    for (int r = 0; r < csize; ++r) {
-      const float4 q = red.cta[slot][r];
-      const int64_t lo = (int64_t)r * chunk_vecs;
-      const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
-      if (nr > 0)
-        sc += (float)(nr * vec) * ((q.x - mref) + q.y / (float)(nr * vec));
-    }
-    c = sc * inv_n;
-    m2 = 0.f;
-    for (int r = 0; r < csize; ++r) {
+    const int r = threadIdx.x & 31;
+    float fn = 0.f, dr = 0.f, m2r = 0.f;
+    if (r < csize) {
       const float4 q = red.cta[slot][r];
       const int64_t lo = (int64_t)r * chunk_vecs;
       const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
       if (nr > 0) {
-        const float fn = (float)(nr * vec);
-        const float dr = ((q.x - mref) + q.y / fn) - c;
-        m2 += (q.z - q.y * (q.y / fn)) + fn * dr * dr;
+        fn = (float)(nr * vec);
+        const float cr = q.y / fn;
+        dr = (q.x - mref) + cr; /* rank r's mean, relative to mref */
+        m2r = q.z - q.y * cr;   /* rank r's sum of squares about its own mean */
       }
     }
+    float sc = fn * dr;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      sc += __shfl_xor_sync(0xffffffffu, sc, off);
+    c = sc * inv_n;
+    const float e = dr - c;
+    m2 = m2r + fn * e * e;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      m2 += __shfl_xor_sync(0xffffffffu, m2, off);
   }
   float var = m2 * inv_n;
   var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN must stay NaN so the row's rstd shows it */

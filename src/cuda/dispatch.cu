@@ -89,8 +89,9 @@ struct Tuning {
   int fwd_threads; /* threads a CTA, at most (more vectors a thread beyond) */
   int fwd_cap;     /* vectors a CTA, at most (a cluster beyond) */
   int bwd_ring, bwd_stages, bwd_threads, bwd_cap;
-  int bwd_vpt;     /* vectors a thread in the backward ring: 0 = fewest that fit */
-  int fwd_reg_ept; /* elements a thread in the forward register tier (16 or 32) */
+  int bwd_vpt;        /* vectors a thread in the backward ring: 0 = fewest that fit */
+  int fwd_reg_ept;    /* elements a thread in the forward register tier (16 or 32) */
+  int fwd_pf, bwd_pf; /* rows ahead prefetched into L2 (sm_90, 16-byte rows) */
 };
 
 #ifdef FNORM_TUNING
@@ -101,7 +102,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {0, 4, 256, 2048, 1, 4, 512, 1024, 2, 32};
+  Tuning t = {0, 4, 256, 2048, 1, 4, 512, 512, 2, 32, 4, 4};
 #ifdef FNORM_TUNING
   t.fwd_ring = tune_knob("FNORM_TUNE_FWD_RING", t.fwd_ring);
   t.fwd_stages = tune_knob("FNORM_TUNE_FWD_STAGES", t.fwd_stages);
@@ -113,23 +114,34 @@ Tuning tuning() {
   t.bwd_cap = tune_knob("FNORM_TUNE_BWD_CAP", t.bwd_cap);
   t.bwd_vpt = tune_knob("FNORM_TUNE_BWD_VPT", t.bwd_vpt);
   t.fwd_reg_ept = tune_knob("FNORM_TUNE_FWD_REG_EPT", t.fwd_reg_ept);
+  t.fwd_pf = tune_knob("FNORM_TUNE_FWD_PF", t.fwd_pf);
+  t.bwd_pf = tune_knob("FNORM_TUNE_BWD_PF", t.bwd_pf);
 #endif
   return t;
 }
 
 /* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (x; or dy
- * and x), vectors a thread from `vpts` (ascending, at most max_vpt): false when no shape fits
- * (more than 16 CTAs a row, or fewer than two stages). */
+ * and x), min_vpt..max_vpt vectors a thread: the smallest power-of-two cluster whose chunks
+ * hold at most `cap` vectors (measured: small CTAs, several an SM, do best), or if that takes
+ * more than 16 CTAs, as many as max_vpt vectors for each of 512 threads. False when no shape
+ * fits (more than 16 CTAs a row, or fewer than two stages). */
 bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int min_vpt, int max_vpt,
                int stages, int max_threads, int64_t cap, const DeviceInfo &dev) {
   if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1)
     return false;
   const int64_t stage_per_vec = 16 * (int64_t)arrays;
+  const int64_t most = (int64_t)max_vpt * kMaxThreads;
+  auto fits = [&](int64_t chunk, int64_t limit) {
+    return chunk <= limit && chunk <= most && 2 * chunk * stage_per_vec <= dev.max_smem_optin;
+  };
   int c = 1;
-  while (c <= 16 &&
-         (ceil_div(nvec, c) > cap || ceil_div(nvec, c) > (int64_t)max_vpt * kMaxThreads ||
-          2 * ceil_div(nvec, c) * stage_per_vec > dev.max_smem_optin))
+  while (c <= 16 && !fits(ceil_div(nvec, c), cap))
     c *= 2;
+  if (c > 16) {
+    c = 1;
+    while (c <= 16 && !fits(ceil_div(nvec, c), most))
+      c *= 2;
+  }
   if (c > 16)
     return false;
   /* Too few rows to fill the GPU: split them further while the chunks stay sizeable. */
@@ -378,6 +390,7 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
   k.y_stride = p->y_stride;
   k.eps = p->eps;
   k.layernorm = p->norm == FNORM_LAYERNORM;
+  k.prefetch = dev.cc_major >= 9 ? tuning().fwd_pf : 0;
   cudaStream_t st = (cudaStream_t)stream;
   return by_dtype(p, [&](auto *t, auto *pt) {
     return launch_forward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(
@@ -428,6 +441,7 @@ extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_
   k.dx_stride = p->dx_stride;
   k.layernorm = p->norm == FNORM_LAYERNORM;
   k.from_y = from_y;
+  k.prefetch = dev.cc_major >= 9 ? tuning().bwd_pf : 0;
   cudaStream_t st = (cudaStream_t)stream;
   return by_dtype(p, [&](auto *t, auto *pt) {
     return launch_backward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(

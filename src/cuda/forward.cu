@@ -32,6 +32,11 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
 
   /* The loop bound is uniform across the warp, so every lane reaches every shuffle. */
   for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
+    if constexpr (VEC * sizeof(T) == 16) {
+      const int64_t ahead = base + a.prefetch * nwarps * ROWS_PER_WARP + (threadIdx.x & 31);
+      if (a.prefetch > 0 && (threadIdx.x & 31) < ROWS_PER_WARP && ahead < a.rows)
+        prefetch_l2(x + ahead * a.x_stride, (uint32_t)(a.cols * sizeof(T)));
+    }
     const int64_t row = base + group_in_warp;
     const bool row_ok = row < a.rows;
     float v[EPT];
@@ -139,6 +144,11 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
   if (cluster_id < a.rows)
     load_row(cur, cluster_id);
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
+    if constexpr (VEC * sizeof(T) == 16) {
+      const int64_t ahead = row + a.prefetch * nclusters;
+      if (a.prefetch > 1 && threadIdx.x == 0 && count > 0 && ahead < a.rows)
+        prefetch_l2((const T *)a.x + ahead * a.x_stride + v0 * VEC, (uint32_t)(count * 16));
+    }
     if (row + nclusters < a.rows)
       load_row(nxt, row + nclusters);
     float v[EPT];
