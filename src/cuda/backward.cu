@@ -14,15 +14,18 @@
  *
  *  bwd_warp_kernel   rows of up to 32 * VPT vectors, GROUP lanes per row, accumulators in
  *                    registers (one partial per CTA).
- *  bwd_reg_kernel    rows of up to 512 vectors (4096 16-bit or 2048 fp32 elements): a CTA per
- *                    row, dy and x arriving through a two-stage cp.async ring, the row and
- *                    the accumulators in registers; the row lanes of a cluster (sm_90) fold
- *                    their accumulators into one partial.
- *  stream kernels    longer rows, of any length: row sums per chunk (bwd_rowpart_kernel,
+ *  bwd_ring_kernel   sm_90, 16-byte vectors, longer rows up to 16 * 1024 vectors (131072
+ *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
+ *                    streamed through a ring of shared-memory stages by bulk copies, the
+ *                    accumulators in registers (one partial per cluster).
+ *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
+ *                    one-element access): a CTA per row, dy and x arriving through a
+ *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
+ *                    accumulators into one partial.
+ *  stream kernels    all other rows, of any length: row sums per chunk (bwd_rowpart_kernel,
  *                    bwd_rowsum_kernel), then a column pass computing dx and the partials
  *                    (bwd_colpass_kernel). x and dy are read twice, but the kernels have no
- *                    per-row barrier; on an H200 this beat the single-pass row kernels for
- *                    rows of 512+ vectors (bench/RESULTS.md).
+ *                    per-row barrier.
  */
 #include "kernels.cuh"
 
@@ -76,13 +79,6 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     acc_g[j] = acc_b[j] = 0.f;
 
   for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
-    if constexpr (VEC * sizeof(T) == 16) {
-      const int64_t ahead = base + a.prefetch * nwarps * ROWS_PER_WARP + (threadIdx.x & 31);
-      if (a.prefetch > 0 && (threadIdx.x & 31) < ROWS_PER_WARP && ahead < a.rows) {
-        prefetch_l2(dy + ahead * a.dy_stride, (uint32_t)(a.cols * sizeof(T)));
-        prefetch_l2(xy + ahead * a.xy_stride, (uint32_t)(a.cols * sizeof(T)));
-      }
-    }
     const int64_t row = base + group_in_warp;
     const bool row_ok = row < a.rows;
     float mu = 0.f, rs = 0.f;
@@ -349,7 +345,7 @@ __global__ void __launch_bounds__(512, 1)
  * rows, and needs one reduction a row (one exchange across the cluster). At the end each CTA
  * writes its chunk of the cluster's partial row. */
 template <typename T, typename P, int VEC, int VPT>
-__global__ void __launch_bounds__(512, VPT == 1 ? 2 : 1)
+__global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int EPT = VEC * VPT;
@@ -649,22 +645,10 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                                         cudaStream_t stream) {
   if (plan.tier == TIER_RING) {
     if constexpr (VEC * sizeof(T) == 16) {
-      void (*k)(BwdParams, int64_t, int) = nullptr;
-      switch (plan.vpt) {
-      case 1:
-        k = bwd_ring_kernel<T, P, VEC, 1>;
-        break;
-      case 2:
-        k = bwd_ring_kernel<T, P, VEC, 2>;
-        break;
-      case 4: /* fp32 only: 16-bit rows would spill 32 elements' accumulators */
-        if constexpr (VEC == 4)
-          k = bwd_ring_kernel<T, P, VEC, 4>;
-        break;
-      default:
-        break;
-      }
-      if (!k)
+      /* Two vectors a thread (16 elements of 16-bit data, 8 of fp32): measured best on an H200
+       * (bench/tune/), against one (too little work a row for the barrier) and four. */
+      void (*k)(BwdParams, int64_t, int) = bwd_ring_kernel<T, P, VEC, 2>;
+      if (plan.vpt != 2)
         return FNORM_ERR_UNSUPPORTED;
       /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */
       int64_t units = 0;

@@ -326,19 +326,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 #endif
 
-/* Ask the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2, with no
- * register or shared-memory cost: rows a few iterations ahead are then already in L2 when
- * their loads issue, so far more bytes are in flight than registers could hold. sm_90 only (a
- * no-op before). */
-__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 /* Shared scratch of the ring kernels' reductions: warp partials (two slots, one barrier per
  * sum) and the cluster exchange (two slots of up to 16 CTAs x 4 floats, filled by st.async and
  * counted on an mbarrier per slot). */

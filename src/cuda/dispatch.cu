@@ -80,18 +80,15 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
   return c;
 }
 
-/* Knobs of the ring tier. The defaults are the library's choices; a build with FNORM_TUNING
- * (a developer option, never a release build) reads overrides from FNORM_TUNE_* environment
- * variables, so one benchmark run on a GPU can sweep them. */
+/* Knobs of the backward ring tier. The defaults are the library's choices, measured on an H200
+ * (bench/tune/); a build with FNORM_TUNING (a developer option, never a release build) reads
+ * overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can sweep
+ * them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int fwd_ring;    /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int fwd_stages;  /* stages of the ring, at most */
-  int fwd_threads; /* threads a CTA, at most (more vectors a thread beyond) */
-  int fwd_cap;     /* vectors a CTA, at most (a cluster beyond) */
-  int bwd_ring, bwd_stages, bwd_threads, bwd_cap;
-  int bwd_vpt;        /* vectors a thread in the backward ring: 0 = fewest that fit */
-  int fwd_reg_ept;    /* elements a thread in the forward register tier (16 or 32) */
-  int fwd_pf, bwd_pf; /* rows ahead prefetched into L2 (sm_90, 16-byte rows) */
+  int ring;    /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;  /* stages of the ring, at most */
+  int threads; /* threads a CTA, at most */
+  int cap;     /* vectors a CTA, preferably at most (a cluster beyond) */
 };
 
 #ifdef FNORM_TUNING
@@ -102,35 +99,30 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {0, 4, 256, 2048, 1, 4, 512, 512, 2, 32, 4, 4};
+  Tuning t = {1, 4, 512, 512};
 #ifdef FNORM_TUNING
-  t.fwd_ring = tune_knob("FNORM_TUNE_FWD_RING", t.fwd_ring);
-  t.fwd_stages = tune_knob("FNORM_TUNE_FWD_STAGES", t.fwd_stages);
-  t.fwd_threads = tune_knob("FNORM_TUNE_FWD_THREADS", t.fwd_threads);
-  t.fwd_cap = tune_knob("FNORM_TUNE_FWD_CAP", t.fwd_cap);
-  t.bwd_ring = tune_knob("FNORM_TUNE_BWD_RING", t.bwd_ring);
-  t.bwd_stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.bwd_stages);
-  t.bwd_threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.bwd_threads);
-  t.bwd_cap = tune_knob("FNORM_TUNE_BWD_CAP", t.bwd_cap);
-  t.bwd_vpt = tune_knob("FNORM_TUNE_BWD_VPT", t.bwd_vpt);
-  t.fwd_reg_ept = tune_knob("FNORM_TUNE_FWD_REG_EPT", t.fwd_reg_ept);
-  t.fwd_pf = tune_knob("FNORM_TUNE_FWD_PF", t.fwd_pf);
-  t.bwd_pf = tune_knob("FNORM_TUNE_BWD_PF", t.bwd_pf);
+  t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
+  t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
+  t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
+  t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
 #endif
   return t;
 }
 
-/* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (x; or dy
- * and x), min_vpt..max_vpt vectors a thread: the smallest power-of-two cluster whose chunks
- * hold at most `cap` vectors (measured: small CTAs, several an SM, do best), or if that takes
- * more than 16 CTAs, as many as max_vpt vectors for each of 512 threads. False when no shape
- * fits (more than 16 CTAs a row, or fewer than two stages). */
-bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int min_vpt, int max_vpt,
-               int stages, int max_threads, int64_t cap, const DeviceInfo &dev) {
+/* Vectors a thread in the backward ring kernel (16 elements of 16-bit data, 8 of fp32). */
+const int kRingVpt = 2;
+
+/* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (dy and x):
+ * the smallest power-of-two cluster whose chunks hold at most `cap` vectors (measured: small
+ * CTAs, several an SM, do best), or if that takes more than 16 CTAs, up to kRingVpt vectors
+ * for each of 512 threads. False when no shape fits (more than 16 CTAs a row, or fewer than
+ * two stages). */
+bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int stages,
+               int max_threads, int64_t cap, const DeviceInfo &dev) {
   if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1)
     return false;
   const int64_t stage_per_vec = 16 * (int64_t)arrays;
-  const int64_t most = (int64_t)max_vpt * kMaxThreads;
+  const int64_t most = (int64_t)kRingVpt * min64(max_threads, kMaxThreads);
   auto fits = [&](int64_t chunk, int64_t limit) {
     return chunk <= limit && chunk <= most && 2 * chunk * stage_per_vec <= dev.max_smem_optin;
   };
@@ -150,12 +142,8 @@ bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int m
   pl.tier = TIER_RING;
   pl.cluster = c;
   pl.chunk = ceil_div(nvec, c);
-  pl.vpt = min_vpt;
-  while (pl.vpt < max_vpt && ceil_div(pl.chunk, pl.vpt) > max_threads)
-    pl.vpt *= 2;
+  pl.vpt = kRingVpt;
   pl.threads = (int)max64(32, round_up(ceil_div(pl.chunk, pl.vpt), 32));
-  if (pl.threads > kMaxThreads)
-    return false;
   const int64_t stage = pl.chunk * stage_per_vec;
   pl.nbuf = (int)min64(min64(stages, kRingMaxStages), dev.max_smem_optin / stage);
   if (pl.nbuf < 2)
@@ -168,15 +156,6 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
-  const Tuning tn = tuning();
-  if (vec * dtype_bytes(p->dtype) == 16 && tn.fwd_ring > 0 &&
-      (nvec > 256 || (tn.fwd_ring >= 2 && nvec >= 32)) &&
-      plan_ring(pl, p, nvec, 1, 1, 8, tn.fwd_stages, tn.fwd_threads, tn.fwd_cap, dev)) {
-    pl.grid = -min64(p->rows, kMaxGrid / pl.cluster); /* persistent: as many clusters as fit */
-    return pl;
-  }
-  pl = Plan{};
-  pl.vec = vec;
   if (nvec <= 256) {
     pl.tier = TIER_WARP;
     pl.vpt = nvec <= 128 ? 4 : 8;
@@ -191,8 +170,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   pl.tier = TIER_ROW;
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
-  /* Elements a thread: 32 (the default) or 16 (tuning); the one-element path keeps its own. */
-  const int vpt = vec > 1 && tn.fwd_reg_ept == 16 ? fwd_reg_vpt(vec) / 2 : fwd_reg_vpt(vec);
+  const int vpt = fwd_reg_vpt(vec);
   int c = split_rows(p, nvec, (int64_t)kMaxThreads * vpt, max_cluster, dev);
   pl.chunk = ceil_div(nvec, c);
   if (pl.chunk <= (int64_t)kMaxThreads * vpt) {
@@ -257,11 +235,9 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
   const Tuning tn = tuning();
-  if (vec * dtype_bytes(p->dtype) == 16 && tn.bwd_ring > 0 &&
-      (nvec > 32 * vpt || (tn.bwd_ring >= 2 && nvec >= 32)) &&
-      plan_ring(pl, p, nvec, 2, tn.bwd_vpt > 0 ? tn.bwd_vpt : 1,
-                tn.bwd_vpt > 0 ? tn.bwd_vpt : (vec == 4 ? 4 : 2), tn.bwd_stages, tn.bwd_threads,
-                tn.bwd_cap, dev)) {
+  if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
+      (nvec > 32 * vpt || (tn.ring >= 2 && nvec >= 32)) &&
+      plan_ring(pl, p, nvec, 2, tn.stages, tn.threads, tn.cap, dev)) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
@@ -390,7 +366,6 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
   k.y_stride = p->y_stride;
   k.eps = p->eps;
   k.layernorm = p->norm == FNORM_LAYERNORM;
-  k.prefetch = dev.cc_major >= 9 ? tuning().fwd_pf : 0;
   cudaStream_t st = (cudaStream_t)stream;
   return by_dtype(p, [&](auto *t, auto *pt) {
     return launch_forward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(
@@ -441,7 +416,6 @@ extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_
   k.dx_stride = p->dx_stride;
   k.layernorm = p->norm == FNORM_LAYERNORM;
   k.from_y = from_y;
-  k.prefetch = dev.cc_major >= 9 ? tuning().bwd_pf : 0;
   cudaStream_t st = (cudaStream_t)stream;
   return by_dtype(p, [&](auto *t, auto *pt) {
     return launch_backward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(

@@ -3,14 +3,21 @@
  *
  *  fwd_warp_kernel  rows of up to 256 vectors: GROUP lanes per row (several rows per warp for
  *                   short rows), VPT vectors per lane held in registers.
+ *  fwd_reg_kernel   rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16 CTAs
+ *                   (sm_90), per row, the row in registers and the next row's loads in flight.
  *  fwd_row_kernel   longer rows: a CTA, or a cluster of CTAs that share the row through
  *                   distributed shared memory (sm_90), each CTA owning one contiguous chunk.
  *                   STAGED copies the chunk into shared memory with cp.async (many bytes in
  *                   flight, no register cost) and computes from there; otherwise the chunk is
  *                   re-read from global memory for each pass (L2 usually still holds it).
  *
- * Statistics (see ln_stats): LayerNorm reduces sum(x), then sum(x - m1) and sum((x - m1)^2);
- * RMSNorm reduces sum(x^2). All in fp32 with fixed-order reductions.
+ * Statistics (see ln_stats, ln_cluster_stats): LayerNorm reduces sum(x), then sum(x - m1) and
+ * sum((x - m1)^2); across a cluster, each CTA does so for its chunk and one exchange combines
+ * the chunks (Chan's update). RMSNorm reduces sum(x^2). All in fp32, in fixed orders.
+ *
+ * Tried and dropped (bench/tune/): a bulk-copy ring like the backward's (slower than the
+ * register kernel at every N on an H200), 16 instead of 32 elements a thread, and L2 bulk
+ * prefetches rows ahead (no gain; the disabled code alone cost the warp tier 10 points).
  */
 #include "kernels.cuh"
 
@@ -32,11 +39,6 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
 
   /* The loop bound is uniform across the warp, so every lane reaches every shuffle. */
   for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
-    if constexpr (VEC * sizeof(T) == 16) {
-      const int64_t ahead = base + a.prefetch * nwarps * ROWS_PER_WARP + (threadIdx.x & 31);
-      if (a.prefetch > 0 && (threadIdx.x & 31) < ROWS_PER_WARP && ahead < a.rows)
-        prefetch_l2(x + ahead * a.x_stride, (uint32_t)(a.cols * sizeof(T)));
-    }
     const int64_t row = base + group_in_warp;
     const bool row_ok = row < a.rows;
     float v[EPT];
@@ -144,11 +146,6 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
   if (cluster_id < a.rows)
     load_row(cur, cluster_id);
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
-    if constexpr (VEC * sizeof(T) == 16) {
-      const int64_t ahead = row + a.prefetch * nclusters;
-      if (a.prefetch > 1 && threadIdx.x == 0 && count > 0 && ahead < a.rows)
-        prefetch_l2((const T *)a.x + ahead * a.x_stride + v0 * VEC, (uint32_t)(count * 16));
-    }
     if (row + nclusters < a.rows)
       load_row(nxt, row + nclusters);
     float v[EPT];
@@ -207,163 +204,6 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
       cur[k] = nxt[k];
   }
   cluster_barrier(csize);
-}
-
-/* A CTA, or a cluster of CTAs (sm_90), per row; the rows stream through a ring of `nstages`
- * shared-memory stages filled by bulk copies (one instruction a row chunk, issued by thread 0
- * up to nstages rows ahead), so the memory system stays busy through every reduction's
- * barrier. Thread t owns vectors t + k * blockDim.x (k < VPT) of its CTA's chunk, copied into
- * registers as soon as the stage lands; the stage is then refilled at once.
- *
- * LayerNorm needs a single exchange across the cluster: each CTA sums its chunk, centres it on
- * its own chunk mean mc and sums (x - mc) and (x - mc)^2 (two barriers inside the CTA, cheap);
- * the cluster then shares (mc, S1, S2) and every CTA combines them in rank order, relative to
- * rank 0's mc (Chan's pairwise update, exact in form, no cancellation). */
-template <typename T, typename P, int VEC, int VPT>
-__global__ void __launch_bounds__(512)
-    fwd_ring_kernel(FwdParams a, int64_t chunk_vecs, int nstages) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int EPT = VEC * VPT;
-  typedef Pack<T, VEC> V;
-  extern __shared__ __align__(16) unsigned char dyn_smem[];
-  __shared__ RingRed red;
-  __shared__ unsigned long long full[kRingMaxStages];
-  V *ring = reinterpret_cast<V *>(dyn_smem);
-  int csize, crank;
-  cluster_shape(csize, crank);
-  const int64_t nvec = a.cols / VEC;
-  const int64_t v0 = (int64_t)crank * chunk_vecs;
-  const int count = (int)(v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0);
-  const uint32_t bytes = (uint32_t)count * (uint32_t)sizeof(V);
-  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < nstages; ++s)
-      mbar_init(&full[s], 1);
-    mbar_init(&red.xbar[0], 1);
-    mbar_init(&red.xbar[1], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (csize > 1)
-    cg::this_cluster().sync(); /* every peer's exchange barriers exist before the first send */
-  const T *xchunk = (const T *)a.x + v0 * VEC;
-  if (threadIdx.x == 0 && count > 0)
-    for (int s = 0; s < nstages; ++s) {
-      const int64_t row = cluster_id + (int64_t)s * nclusters;
-      if (row < a.rows) {
-        mbar_expect(&full[s], bytes);
-        bulk_load(ring + (int64_t)s * chunk_vecs, xchunk + row * a.x_stride, bytes, &full[s]);
-      }
-    }
-  const P *gamma = (const P *)a.gamma;
-  const P *beta = (const P *)a.beta;
-  const float inv_n = 1.f / (float)a.cols;
-  bool mine[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    mine[k] = (int)threadIdx.x + k * (int)blockDim.x < count;
-  /* Up to 16 elements a thread, gamma and beta stay in registers across the rows (otherwise
-   * they come from L1, which the ring's shared-memory carve-out leaves small). */
-  constexpr bool CACHE = EPT <= 16;
-  float gmc[CACHE ? EPT : 1], btc[CACHE ? EPT : 1];
-  if constexpr (CACHE) {
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int64_t col = (v0 + threadIdx.x + (int64_t)k * blockDim.x) * VEC;
-      load_param<P, VEC>(mine[k] ? gamma : nullptr, col, 1.f, &gmc[k * VEC]);
-      load_param<P, VEC>(mine[k] ? beta : nullptr, col, 0.f, &btc[k * VEC]);
-    }
-  }
-  int round = 0, xround = 0, s = 0;
-  uint32_t phase = 0;
-  for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
-    float v[EPT];
-    if (count > 0)
-      mbar_wait(&full[s], phase);
-    const V *stage = ring + (int64_t)s * chunk_vecs;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (mine[k]) {
-        const V pk = stage[threadIdx.x + k * blockDim.x];
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = to_f32(pk.v[e]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = 0.f;
-      }
-    }
-    float sum[1] = {a.layernorm ? tree_sum<EPT>(v) : tree_sumsq<EPT>(v)};
-    cta_sum<1>(sum, red, round);
-    /* Every thread has copied the stage into registers: refill it, nstages rows ahead. */
-    if (threadIdx.x == 0 && count > 0) {
-      const int64_t next = row + (int64_t)nstages * nclusters;
-      if (next < a.rows) {
-        fence_proxy_async();
-        mbar_expect(&full[s], bytes);
-        bulk_load(ring + (int64_t)s * chunk_vecs, xchunk + next * a.x_stride, bytes, &full[s]);
-      }
-    }
-    if (++s == nstages) {
-      s = 0;
-      phase ^= 1u;
-    }
-    float off = 0.f, rstd, mean_out = 0.f;
-    if (a.layernorm) {
-      const float nc = (float)(count * VEC);
-      const float mc = count > 0 ? sum[0] / nc : 0.f;
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) /* from here on v holds x - mc */
-          v[k * VEC + e] = mine[k] ? v[k * VEC + e] - mc : 0.f;
-      float t[2] = {tree_sum<EPT>(v), tree_sumsq<EPT>(v)};
-      cta_sum<2>(t, red, round);
-      const RowStats st =
-          ln_cluster_stats(mc, t[0], t[1], red, xround, csize, chunk_vecs, nvec, VEC, inv_n, a.eps);
-      off = st.off;
-      rstd = st.rstd;
-      mean_out = st.mean;
-    } else {
-      rstd = 1.f / sqrtf(cluster_sum(sum[0], red, xround, csize) * inv_n + a.eps);
-    }
-    if (crank == 0 && threadIdx.x == 0) {
-      if (a.mean)
-        a.mean[row] = mean_out;
-      if (a.rstd)
-        a.rstd[row] = rstd;
-    }
-    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (!mine[k])
-        continue;
-      const int i = threadIdx.x + k * blockDim.x;
-      float g[VEC], b[VEC], out[VEC];
-      if constexpr (CACHE) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          g[e] = gmc[k * VEC + e];
-          b[e] = btc[k * VEC + e];
-        }
-      } else {
-        load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
-        load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
-      }
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        out[e] = fmaf((v[k * VEC + e] - off) * rstd, g[e], b[e]);
-      store_vec<T, VEC>(yr + (int64_t)i * VEC, out);
-    }
-  }
-  cluster_barrier(csize); /* peers may still send into this CTA's exchange slots */
-#else
-  (void)a;
-  (void)chunk_vecs;
-  (void)nstages;
-  __trap(); /* dispatched on sm_90 and newer only */
-#endif
 }
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
@@ -507,39 +347,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
   }
-  if (plan.tier == TIER_RING) {
-    if constexpr (VEC * sizeof(T) == 16) {
-      void (*k)(FwdParams, int64_t, int) = nullptr;
-      switch (plan.vpt) {
-      case 1:
-        k = fwd_ring_kernel<T, P, VEC, 1>;
-        break;
-      case 2:
-        k = fwd_ring_kernel<T, P, VEC, 2>;
-        break;
-      case 4:
-        k = fwd_ring_kernel<T, P, VEC, 4>;
-        break;
-      case 8:
-        k = fwd_ring_kernel<T, P, VEC, 8>;
-        break;
-      default:
-        return FNORM_ERR_UNSUPPORTED;
-      }
-      return launch_kernel(k, plan.grid, plan.threads, plan.smem, plan.cluster, stream, a,
-                           plan.chunk, plan.nbuf);
-    }
-    return FNORM_ERR_UNSUPPORTED; /* the ring needs 16-byte vectors */
-  }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
     if (plan.vpt == VPT)
       return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0, plan.cluster,
                            stream, a, plan.chunk);
-    if constexpr (VEC > 1)
-      if (plan.vpt == VPT / 2)
-        return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT / 2>, plan.grid, plan.threads, 0,
-                             plan.cluster, stream, a, plan.chunk);
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW) {

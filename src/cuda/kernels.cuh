@@ -20,7 +20,6 @@ struct FwdParams {
   int64_t rows, cols, x_stride, y_stride;
   float eps;
   int layernorm;
-  int prefetch; /* sm_90, 16-byte rows: rows (per CTA or warp) ahead prefetched into L2; 0 none */
 };
 
 struct BwdParams {
@@ -33,7 +32,6 @@ struct BwdParams {
   void *dx; /* NULL: not written */
   int64_t rows, cols, dy_stride, xy_stride, dx_stride;
   int layernorm;
-  int prefetch; /* as in FwdParams */
   int from_y;
   int want_dparams; /* dgamma or dbeta requested */
   /* dgamma/dbeta partials in the workspace: [nparts][cols] for gamma, then the same for beta */
