@@ -85,10 +85,11 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
  * overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can sweep
  * them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int ring;    /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int stages;  /* stages of the ring, at most */
-  int threads; /* threads a CTA, at most */
-  int cap;     /* vectors a CTA, preferably at most (a cluster beyond) */
+  int ring;       /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;     /* stages of the ring, at most */
+  int threads;    /* threads a CTA, at most */
+  int cap;        /* vectors a CTA, preferably at most (a cluster beyond) */
+  int fwd_regcap; /* forward register tier: 0 or 80 registers a thread */
 };
 
 #ifdef FNORM_TUNING
@@ -99,12 +100,13 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512};
+  Tuning t = {1, 4, 512, 512, 0};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
   t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
   t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
+  t.fwd_regcap = tune_knob("FNORM_TUNE_FWD_REGCAP", t.fwd_regcap);
 #endif
   return t;
 }
@@ -176,6 +178,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (pl.chunk <= (int64_t)kMaxThreads * vpt) {
     pl.mode = MODE_REG;
     pl.vpt = vpt;
+    pl.regcap = tuning().fwd_regcap;
     pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));
   } else {
     /* Rows longer than registers hold: stage the chunk in shared memory, or re-read it. */

@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
  * the barriers of the reductions never leave the memory system idle, and x goes from DRAM to
  * registers without touching shared memory (whose bandwidth the staged kernel runs out of). */
 template <typename T, typename P, int VEC, int VPT>
-__global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
-  constexpr int EPT = VEC * VPT;
+__device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_vecs) {
   __shared__ RingRed red;
   int csize, crank;
   cluster_shape(csize, crank);
@@ -148,26 +147,33 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
     if (row + nclusters < a.rows)
       load_row(nxt, row + nclusters);
-    float v[EPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        v[k * VEC + e] = mine[k] ? to_f32(cur[k].v[e]) : 0.f;
+    /* The row stays in registers as loaded (16-bit packs): converting again on each pass costs
+     * an instruction an element, and frees the registers of a float copy, so that more CTAs,
+     * each with a row in flight, fit on an SM. Four partial sums keep the chains short. */
+    auto x_at = [&](int k, int e) { return mine[k] ? to_f32(cur[k].v[e]) : 0.f; };
     /* LayerNorm: the CTA's chunk mean mc, then the sums centred on it (two barriers inside the
      * CTA), then one exchange across the cluster (ln_cluster_stats). */
-    float c = 0.f, rstd, mean_out = 0.f;
+    float mc = 0.f, c = 0.f, rstd, mean_out = 0.f;
     if (a.layernorm) {
-      float s[1] = {tree_sum<EPT>(v)};
-      cta_sum<1>(s, red, round);
-      const float mc = count > 0 ? s[0] / (float)(count * VEC) : 0.f;
-      /* From here on v holds x - mc (0 outside the row), which the output needs too. */
+      float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = mine[k] ? v[k * VEC + e] - mc : 0.f;
-      float t[2] = {tree_sum<EPT>(v), tree_sumsq<EPT>(v)};
+          p[(k * VEC + e) & 3] += x_at(k, e);
+      float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
+      cta_sum<1>(s, red, round);
+      mc = count > 0 ? s[0] / (float)(count * VEC) : 0.f;
+      float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = mine[k] ? to_f32(cur[k].v[e]) - mc : 0.f;
+          q1[(k * VEC + e) & 3] += d;
+          q2[(k * VEC + e) & 3] = fmaf(d, d, q2[(k * VEC + e) & 3]);
+        }
+      float t[2] = {(q1[0] + q1[1]) + (q1[2] + q1[3]), (q2[0] + q2[1]) + (q2[2] + q2[3])};
       cta_sum<2>(t, red, round);
       const RowStats st =
           ln_cluster_stats(mc, t[0], t[1], red, xround, csize, chunk_vecs, nvec, VEC, inv_n, a.eps);
@@ -175,7 +181,15 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
       rstd = st.rstd;
       mean_out = st.mean;
     } else {
-      float s[1] = {tree_sumsq<EPT>(v)};
+      float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float xv = x_at(k, e);
+          p[(k * VEC + e) & 3] = fmaf(xv, xv, p[(k * VEC + e) & 3]);
+        }
+      float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
       cta_sum<1>(s, red, round);
       rstd = 1.f / sqrtf(cluster_sum(s[0], red, xround, csize) * inv_n + a.eps);
     }
@@ -195,8 +209,8 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
       load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
       load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        out[e] = fmaf((v[k * VEC + e] - c) * rstd, g[e], b[e]); /* v = x - mc (LN), x (RMS) */
+      for (int e = 0; e < VEC; ++e) /* x - mc - off (LN; mc = off = 0 for RMS) */
+        out[e] = fmaf(((to_f32(cur[k].v[e]) - mc) - c) * rstd, g[e], b[e]);
       store_vec<T, VEC>(yr + i * VEC, out);
     }
 #pragma unroll
@@ -204,6 +218,17 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
       cur[k] = nxt[k];
   }
   cluster_barrier(csize);
+}
+
+/* Two register budgets for the same kernel: the compiler's choice under 512 threads (about
+ * 100 registers), and 80, which fits more CTAs, each with a row in flight, on an SM. */
+template <typename T, typename P, int VEC, int VPT>
+__global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
+  fwd_reg_body<T, P, VEC, VPT>(a, chunk_vecs);
+}
+template <typename T, typename P, int VEC, int VPT>
+__global__ void __maxnreg__(80) fwd_reg80_kernel(FwdParams a, int64_t chunk_vecs) {
+  fwd_reg_body<T, P, VEC, VPT>(a, chunk_vecs);
 }
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
@@ -349,7 +374,10 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
-    if (plan.vpt == VPT)
+    if (plan.vpt == VPT && plan.regcap == 80)
+      return launch_kernel(fwd_reg80_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0,
+                           plan.cluster, stream, a, plan.chunk);
+    if (plan.vpt == VPT && plan.regcap == 0)
       return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0, plan.cluster,
                            stream, a, plan.chunk);
     return FNORM_ERR_UNSUPPORTED;
