@@ -665,23 +665,45 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;
     void (*k)(BwdParams) = nullptr;
-    switch (plan.group) {
-    case 32:
-      k = bwd_warp_kernel<T, P, VEC, 32, VPT>;
-      break;
-    case 16:
-      k = bwd_warp_kernel<T, P, VEC, 16, VPT>;
-      break;
-    case 8:
-      k = bwd_warp_kernel<T, P, VEC, 8, VPT>;
-      break;
-    case 4:
-      k = bwd_warp_kernel<T, P, VEC, 4, VPT>;
-      break;
-    default:
-      return FNORM_ERR_UNSUPPORTED;
+    if (plan.vpt == VPT) {
+      switch (plan.group) {
+      case 32:
+        k = bwd_warp_kernel<T, P, VEC, 32, VPT>;
+        break;
+      case 16:
+        k = bwd_warp_kernel<T, P, VEC, 16, VPT>;
+        break;
+      case 8:
+        k = bwd_warp_kernel<T, P, VEC, 8, VPT>;
+        break;
+      case 4:
+        k = bwd_warp_kernel<T, P, VEC, 4, VPT>;
+        break;
+      default:
+        break;
+      }
     }
-    if (plan.vpt != VPT)
+    if constexpr (VEC > 1) {
+      if (plan.vpt == 3) {
+        switch (plan.group) {
+        case 32:
+          k = bwd_warp_kernel<T, P, VEC, 32, 3>;
+          break;
+        case 16:
+          k = bwd_warp_kernel<T, P, VEC, 16, 3>;
+          break;
+        case 8:
+          k = bwd_warp_kernel<T, P, VEC, 8, 3>;
+          break;
+        case 4:
+          k = bwd_warp_kernel<T, P, VEC, 4, 3>;
+          break;
+        default:
+          break;
+        }
+      }
+    }
+    if (!k)
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
   }

@@ -85,11 +85,10 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
  * overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can sweep
  * them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int ring;       /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int stages;     /* stages of the ring, at most */
-  int threads;    /* threads a CTA, at most */
-  int cap;        /* vectors a CTA, preferably at most (a cluster beyond) */
-  int fwd_regcap; /* forward register tier: 0 or 80 registers a thread */
+  int ring;    /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;  /* stages of the ring, at most */
+  int threads; /* threads a CTA, at most */
+  int cap;     /* vectors a CTA, preferably at most (a cluster beyond) */
 };
 
 #ifdef FNORM_TUNING
@@ -100,13 +99,12 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 0};
+  Tuning t = {1, 4, 512, 512};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
   t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
   t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
-  t.fwd_regcap = tune_knob("FNORM_TUNE_FWD_REGCAP", t.fwd_regcap);
 #endif
   return t;
 }
@@ -154,6 +152,21 @@ bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int s
   return true;
 }
 
+/* Warp tier: 3 vectors a lane instead, on the vector path, when that leaves fewer lanes idle
+ * (rows of 24, 48 or 96 vectors: 384 16-bit elements, the transformer width that inductor's
+ * benchmarks use, would leave a quarter of the lanes idle at 4 or 2 vectors a lane). */
+void three_per_lane(Plan &pl, int64_t nvec) {
+  if (pl.vec == 1)
+    return;
+  int g = 4;
+  while (g < 32 && 3 * (int64_t)g < nvec)
+    g *= 2;
+  if (3 * (int64_t)g >= nvec && 3 * g < pl.group * pl.vpt) {
+    pl.vpt = 3;
+    pl.group = g;
+  }
+}
+
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
   pl.vec = vec;
@@ -164,6 +177,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.group = 4;
     while (pl.group < 32 && (int64_t)pl.group * pl.vpt < nvec)
       pl.group *= 2;
+    three_per_lane(pl, nvec);
     pl.threads = 256;
     const int64_t rows_per_cta = 8 * (32 / pl.group);
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 16);
@@ -178,7 +192,6 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (pl.chunk <= (int64_t)kMaxThreads * vpt) {
     pl.mode = MODE_REG;
     pl.vpt = vpt;
-    pl.regcap = tuning().fwd_regcap;
     pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));
   } else {
     /* Rows longer than registers hold: stage the chunk in shared memory, or re-read it. */
@@ -254,6 +267,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.group = 4;
     while (pl.group < 32 && (int64_t)pl.group * vpt < nvec)
       pl.group *= 2;
+    three_per_lane(pl, nvec);
     pl.threads = 256;
     const int64_t rows_per_cta = 8 * (32 / pl.group);
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);

@@ -147,10 +147,24 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
     if (row + nclusters < a.rows)
       load_row(nxt, row + nclusters);
-    /* The row stays in registers as loaded (16-bit packs): converting again on each pass costs
-     * an instruction an element, and frees the registers of a float copy, so that more CTAs,
-     * each with a row in flight, fit on an SM. Four partial sums keep the chains short. */
-    auto x_at = [&](int k, int e) { return mine[k] ? to_f32(cur[k].v[e]) : 0.f; };
+    /* fp32 rows are read from the registers they were loaded into; 16-bit rows are converted
+     * once into a float copy (measured on an H200: converting on each pass instead cost up to
+     * 20 points, the copy costs fp32 rows 10). Four partial sums keep the chains short. */
+    constexpr bool COPY = sizeof(T) < 4;
+    float v[COPY ? VEC * VPT : 1];
+    if constexpr (COPY) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = mine[k] ? to_f32(cur[k].v[e]) : 0.f;
+    }
+    auto x_at = [&](int k, int e) {
+      if constexpr (COPY)
+        return v[k * VEC + e];
+      else
+        return mine[k] ? to_f32(cur[k].v[e]) : 0.f;
+    };
     /* LayerNorm: the CTA's chunk mean mc, then the sums centred on it (two barriers inside the
      * CTA), then one exchange across the cluster (ln_cluster_stats). */
     float mc = 0.f, c = 0.f, rstd, mean_out = 0.f;
@@ -169,7 +183,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
       for (int k = 0; k < VPT; ++k)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const float d = mine[k] ? to_f32(cur[k].v[e]) - mc : 0.f;
+          const float d = mine[k] ? x_at(k, e) - mc : 0.f;
           q1[(k * VEC + e) & 3] += d;
           q2[(k * VEC + e) & 3] = fmaf(d, d, q2[(k * VEC + e) & 3]);
         }
@@ -210,7 +224,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
       load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) /* x - mc - off (LN; mc = off = 0 for RMS) */
-        out[e] = fmaf(((to_f32(cur[k].v[e]) - mc) - c) * rstd, g[e], b[e]);
+        out[e] = fmaf(((x_at(k, e) - mc) - c) * rstd, g[e], b[e]);
       store_vec<T, VEC>(yr + i * VEC, out);
     }
 #pragma unroll
@@ -220,14 +234,8 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   cluster_barrier(csize);
 }
 
-/* Two register budgets for the same kernel: the compiler's choice under 512 threads (about
- * 100 registers), and 80, which fits more CTAs, each with a row in flight, on an SM. */
 template <typename T, typename P, int VEC, int VPT>
 __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
-  fwd_reg_body<T, P, VEC, VPT>(a, chunk_vecs);
-}
-template <typename T, typename P, int VEC, int VPT>
-__global__ void __maxnreg__(80) fwd_reg80_kernel(FwdParams a, int64_t chunk_vecs) {
   fwd_reg_body<T, P, VEC, VPT>(a, chunk_vecs);
 }
 
@@ -368,16 +376,23 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       k = fwd_warp_kernel<T, P, VEC, 8, 4>;
     else if (plan.vpt == 4 && plan.group == 4)
       k = fwd_warp_kernel<T, P, VEC, 4, 4>;
-    else
+    if constexpr (VEC > 1) {
+      if (plan.vpt == 3 && plan.group == 32)
+        k = fwd_warp_kernel<T, P, VEC, 32, 3>;
+      else if (plan.vpt == 3 && plan.group == 16)
+        k = fwd_warp_kernel<T, P, VEC, 16, 3>;
+      else if (plan.vpt == 3 && plan.group == 8)
+        k = fwd_warp_kernel<T, P, VEC, 8, 3>;
+      else if (plan.vpt == 3 && plan.group == 4)
+        k = fwd_warp_kernel<T, P, VEC, 4, 3>;
+    }
+    if (!k)
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
-    if (plan.vpt == VPT && plan.regcap == 80)
-      return launch_kernel(fwd_reg80_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0,
-                           plan.cluster, stream, a, plan.chunk);
-    if (plan.vpt == VPT && plan.regcap == 0)
+    if (plan.vpt == VPT)
       return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0, plan.cluster,
                            stream, a, plan.chunk);
     return FNORM_ERR_UNSUPPORTED;

@@ -66,7 +66,6 @@ struct Plan {
                        cluster * cluster_rows CTAs) */
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
-  int regcap;       /* forward MODE_REG: 0, or the register budget of the kernel variant (80) */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
