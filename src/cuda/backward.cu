@@ -683,26 +683,6 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
         break;
       }
     }
-    if constexpr (VEC > 1) {
-      if (plan.vpt == 3) {
-        switch (plan.group) {
-        case 32:
-          k = bwd_warp_kernel<T, P, VEC, 32, 3>;
-          break;
-        case 16:
-          k = bwd_warp_kernel<T, P, VEC, 16, 3>;
-          break;
-        case 8:
-          k = bwd_warp_kernel<T, P, VEC, 8, 3>;
-          break;
-        case 4:
-          k = bwd_warp_kernel<T, P, VEC, 4, 3>;
-          break;
-        default:
-          break;
-        }
-      }
-    }
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
