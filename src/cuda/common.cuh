@@ -141,19 +141,13 @@ __device__ __forceinline__ void stage_issue(Pack<T, VEC> *stage, const T *src, i
 
 /* ---- reductions ---- */
 
-/* Pairwise sums of a thread's N values: a tree of depth log2(N) instead of a chain of N
- * dependent additions (the kernels were latency-bound on those chains), and more accurate. */
+/* Pairwise sum of a thread's N values: a tree of depth log2(N) instead of a chain of N
+ * dependent additions, and more accurate. */
 template <int N> __device__ __forceinline__ float tree_sum(const float *a) {
   if constexpr (N == 1)
     return a[0];
   else
     return tree_sum<N / 2>(a) + tree_sum<N - N / 2>(a + N / 2);
-}
-template <int N> __device__ __forceinline__ float tree_sumsq(const float *a) {
-  if constexpr (N == 1)
-    return a[0] * a[0];
-  else
-    return tree_sumsq<N / 2>(a) + tree_sumsq<N - N / 2>(a + N / 2);
 }
 
 /* Sum over aligned groups of WIDTH lanes (a power of two <= 32); every lane gets the sum.
@@ -193,6 +187,44 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 }
 #endif
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* mbarriers by shared-memory address (a CTA's own, or a peer's through cluster_addr). */
+__device__ __forceinline__ void mbar_expect_at(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+#endif
+
+/* Sum of K values over the CTA through one slot of per-warp scratch (KW >= K floats a warp);
+ * every thread gets the same bits. Every thread of the CTA calls it. */
+template <int K, int KW>
+__device__ __forceinline__ void cta_sum_slot(float (&v)[K], float (&warp)[2][32][KW], int slot) {
+  group_sum<32, K>(v);
+  const int w = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      warp[slot][w][k] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.f;
+    for (int r = 0; r < nwarps; ++r)
+      s += warp[slot][r][k];
+    v[k] = s;
+  }
+}
+
 /* Before the first row_sum over a cluster: the mbarriers exist before any CTA signals them. */
 template <int K> __device__ __forceinline__ void row_sum_init(ReduceSmem<K> &sm, int cluster) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -224,29 +256,14 @@ template <int K>
 __device__ __forceinline__ void row_sum(float (&v)[K], ReduceSmem<K> &sm, int &round, int first,
                                         int count) {
   static_assert(K == 2, "the cluster step sends two floats");
-  group_sum<32, K>(v);
   const int slot = round & 1;
-  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  if ((threadIdx.x & 31) == 0)
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      sm.warp[slot][warp][k] = v[k];
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    float s = 0.f;
-    for (int w = 0; w < nwarps; ++w)
-      s += sm.warp[slot][w][k];
-    v[k] = s;
-  }
+  cta_sum_slot<K>(v, sm.warp, slot);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (count > 1) {
     const uint32_t bar = smem_addr(&sm.bar[slot]);
     const uint32_t me = cluster_rank() - (uint32_t)first;
     if (threadIdx.x == 0)
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                   "r"((uint32_t)(count * K * 4))
-                   : "memory");
+      mbar_expect_at(bar, (uint32_t)(count * K * 4));
     if ((int)threadIdx.x < count) {
       const uint32_t peer = (uint32_t)first + threadIdx.x;
       asm volatile(
@@ -256,15 +273,7 @@ __device__ __forceinline__ void row_sum(float (&v)[K], ReduceSmem<K> &sm, int &r
           : "memory");
     }
     /* The k-th use of a slot completes the barrier's phase of parity k & 1. */
-    const uint32_t parity = (uint32_t)(round >> 1) & 1u;
-    uint32_t done = 0;
-    do {
-      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                   " selp.u32 %0, 1, 0, p;\n}"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity)
-                   : "memory");
-    } while (!done);
+    mbar_wait_at(bar, (uint32_t)(round >> 1) & 1u);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       float s = 0.f;
@@ -296,19 +305,10 @@ __device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned coun
 }
 /* One arrival that also announces `bytes` of incoming copies for the current phase. */
 __device__ __forceinline__ void mbar_expect(unsigned long long *bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
+  mbar_expect_at(smem_addr(bar), bytes);
 }
 __device__ __forceinline__ void mbar_wait(unsigned long long *bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(smem_addr(bar)), "r"(parity)
-                 : "memory");
-  } while (!done);
+  mbar_wait_at(smem_addr(bar), parity);
 }
 /* Copy `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into
  * this CTA's shared memory, completing on `bar`. */
@@ -338,21 +338,7 @@ struct RingRed {
 /* Sum K <= 4 values over the CTA (every thread gets the same bits). Every thread calls it;
  * `round` alternates the slot. */
 template <int K> __device__ __forceinline__ void cta_sum(float (&v)[K], RingRed &sm, int &round) {
-  group_sum<32, K>(v);
-  const int slot = round & 1;
-  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  if ((threadIdx.x & 31) == 0)
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      sm.warp[slot][warp][k] = v[k];
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    float s = 0.f;
-    for (int w = 0; w < nwarps; ++w)
-      s += sm.warp[slot][w][k];
-    v[k] = s;
-  }
+  cta_sum_slot<K>(v, sm.warp, round & 1);
   ++round;
 }
 
@@ -366,9 +352,7 @@ __device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xrou
   const uint32_t bar = smem_addr(&sm.xbar[slot]);
   const uint32_t me = cluster_rank();
   if (threadIdx.x == 0)
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                 "r"((uint32_t)(csize * 16))
-                 : "memory");
+    mbar_expect_at(bar, (uint32_t)(csize * 16));
   if ((int)threadIdx.x < csize) {
     const uint32_t peer = threadIdx.x;
     asm volatile(
@@ -377,15 +361,7 @@ __device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xrou
         "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cluster_addr(bar, peer))
         : "memory");
   }
-  const uint32_t parity = (uint32_t)(xround >> 1) & 1u;
-  uint32_t done = 0;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
+  mbar_wait_at(bar, (uint32_t)(xround >> 1) & 1u);
 #else
   (void)csize;
   sm.cta[slot][0] = v;

@@ -94,11 +94,13 @@ template <typename T, typename P>
 fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *dbeta,
                              void *workspace, cudaStream_t stream);
 
-/* Clusters (or CTAs, when cluster == 1) of `kernel` that can be resident on the device at once,
- * at most max_units: the size of a persistent launch. */
+/* The attributes a launch with `smem` bytes of dynamic shared memory and clusters of
+ * `cluster` CTAs needs. Dynamic plus static shared memory above 48 KiB needs the opt-in; it is
+ * set whenever there is dynamic memory, which is cheap and never wrong. The largest carve-out
+ * is asked for too: otherwise the driver may pick a smaller one than the occupancy
+ * calculation assumed, and a persistent grid would run in two waves. */
 template <typename... KArgs>
-fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem, int cluster,
-                              int64_t max_units, int64_t *units) {
+fnorm_status kernel_attributes(void (*kernel)(KArgs...), size_t smem, int cluster) {
   if (smem > 0 && (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem) != cudaSuccess ||
                    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -111,19 +113,40 @@ fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem
     cudaGetLastError();
     return FNORM_ERR_CUDA;
   }
-  int resident = 0;
+  return FNORM_SUCCESS;
+}
+
+/* A launch configuration of `grid` CTAs, with a cluster dimension when cluster > 1 (in attr,
+ * which must outlive cfg). */
+inline void launch_config(cudaLaunchConfig_t &cfg, cudaLaunchAttribute (&attr)[1], int64_t grid,
+                          int threads, size_t smem, int cluster, cudaStream_t stream) {
+  cfg = cudaLaunchConfig_t{};
+  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.blockDim = dim3((unsigned)threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
   if (cluster > 1) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)cluster, 1, 1);
-    cfg.blockDim = dim3((unsigned)threads, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = (unsigned)cluster;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+  }
+}
+
+/* Clusters (or CTAs, when cluster == 1) of `kernel` that can be resident on the device at once,
+ * at most max_units: the size of a persistent launch. */
+template <typename... KArgs>
+fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem, int cluster,
+                              int64_t max_units, int64_t *units) {
+  if (kernel_attributes(kernel, smem, cluster) != FNORM_SUCCESS)
+    return FNORM_ERR_CUDA;
+  int resident = 0;
+  if (cluster > 1) {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[1];
+    launch_config(cfg, attr, cluster, threads, smem, cluster, nullptr);
     if (cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg) != cudaSuccess) {
       cudaGetLastError();
       return FNORM_ERR_CUDA;
@@ -151,36 +174,11 @@ fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem
 template <typename... KArgs, typename... Args>
 fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, size_t smem,
                            int cluster, cudaStream_t stream, Args... args) {
-  /* Dynamic plus static shared memory above 48 KiB needs the opt-in; set it whenever there is
-   * dynamic memory, which is cheap and never wrong. */
-  /* Ask for the largest shared-memory carve-out too: otherwise the driver may pick a smaller
-   * one than the occupancy calculation assumed, and a persistent grid would run in two waves. */
-  if (smem > 0 && (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem) != cudaSuccess ||
-                   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        cudaSharedmemCarveoutMaxShared) != cudaSuccess)) {
-    cudaGetLastError();
+  if (kernel_attributes(kernel, smem, cluster) != FNORM_SUCCESS)
     return FNORM_ERR_CUDA;
-  }
-  if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                          1) != cudaSuccess) {
-    cudaGetLastError();
-    return FNORM_ERR_CUDA;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(grid > 0 ? grid : cluster), 1, 1);
-  cfg.blockDim = dim3((unsigned)threads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
+  cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[1];
-  if (cluster > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
+  launch_config(cfg, attr, grid > 0 ? grid : cluster, threads, smem, cluster, stream);
   if (grid < 0) {
     int64_t units = 0;
     const fnorm_status st = persistent_units(kernel, threads, smem, cluster, -grid, &units);
