@@ -85,10 +85,11 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
  * overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can sweep
  * them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int ring;    /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int stages;  /* stages of the ring, at most */
-  int threads; /* threads a CTA, at most */
-  int cap;     /* vectors a CTA, preferably at most (a cluster beyond) */
+  int ring;     /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;   /* stages of the ring, at most */
+  int threads;  /* threads a CTA, at most */
+  int cap;      /* vectors a CTA, preferably at most (a cluster beyond) */
+  int min_rows; /* rows a persistent CTA (or cluster) gets at least, when M is small */
 };
 
 #ifdef FNORM_TUNING
@@ -99,12 +100,13 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512};
+  Tuning t = {1, 4, 512, 512, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
   t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
   t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
+  t.min_rows = tune_knob("FNORM_TUNE_BWD_MIN_ROWS", t.min_rows);
 #endif
   return t;
 }
@@ -258,7 +260,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
                                           (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 2048)));
-    pl.nparts = max64(1, min64(p->rows, per_sm * dev.sm_count / pl.cluster));
+    pl.nparts = max64(
+        1, min64(ceil_div(p->rows, max64(1, tn.min_rows)), per_sm * dev.sm_count / pl.cluster));
   } else if (nvec <= 32 * vpt) {
     pl = Plan{};
     pl.vec = vec;
