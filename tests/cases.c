@@ -207,6 +207,96 @@ uint64_t bytes_hash(const void *p, size_t n) {
  * Case description
  * ---------------------------------------------------------------------------------------- */
 
+const dtype_combo combos[N_COMBOS] = {{FNORM_DTYPE_F32, FNORM_DTYPE_SAME},
+                                      {FNORM_DTYPE_F16, FNORM_DTYPE_SAME},
+                                      {FNORM_DTYPE_F16, FNORM_DTYPE_F32},
+                                      {FNORM_DTYPE_BF16, FNORM_DTYPE_SAME},
+                                      {FNORM_DTYPE_BF16, FNORM_DTYPE_F32}};
+const fnorm_norm norms[2] = {FNORM_LAYERNORM, FNORM_RMSNORM};
+
+void tcase_option_variants(const tcase *base, const char *group,
+                           void (*run)(const char *group, const tcase *c)) {
+  int v;
+  /* gamma, beta: both, weight without bias, none, bias without weight */
+  for (v = 0; v < 4; v++) {
+    tcase c = *base;
+    c.gamma = (v == 0 || v == 1);
+    c.beta = (v == 0 || v == 3);
+    c.dgamma = c.gamma;
+    c.dbeta = c.beta;
+    run(group, &c);
+  }
+  /* forward statistics: the on/off patterns other than the default (RMSNorm has no mean) */
+  for (v = 0; v < 3; v++) {
+    tcase c = *base;
+    c.bwd_x = c.bwd_y = 0;
+    c.mean_out = v & 1;
+    c.rstd_out = (v >> 1) & 1;
+    if (c.mean_out && base->norm == FNORM_RMSNORM)
+      continue;
+    run(group, &c);
+  }
+  /* backward outputs: each alone, and pairs */
+  for (v = 1; v < 7; v++) {
+    tcase c = *base;
+    c.fwd = 0;
+    c.beta = 1; /* dbeta needs no beta, but the backward from y uses it when given */
+    c.dx = v & 1;
+    c.dgamma = (v >> 1) & 1;
+    c.dbeta = (v >> 2) & 1;
+    run(group, &c);
+  }
+  /* eps: large and tiny */
+  {
+    tcase c = *base;
+    c.eps = 0.5f;
+    run(group, &c);
+    c.eps = 1e-12f;
+    run(group, &c);
+  }
+}
+
+void tcase_apply_layout(tcase *c, int v, int wide_aligned) {
+  const int64_t n = c->cols;
+  switch (v) {
+  case 0: /* every stride different and larger than cols */
+    c->x_stride = n + 3;
+    c->y_stride = n + 5;
+    c->dy_stride = n + 1;
+    c->dx_stride = 2 * n + 7;
+    break;
+  case 1: /* the same, with every pointer one element off alignment */
+    c->x_stride = n + 3;
+    c->y_stride = n + 5;
+    c->dy_stride = n + 1;
+    c->dx_stride = 2 * n + 7;
+    c->offset = 1;
+    break;
+  case 2: /* packed rows, pointers one element off */
+    c->offset = 1;
+    break;
+  case 3: /* explicit strides */
+    c->x_stride = c->y_stride = c->dy_stride = c->dx_stride =
+        wide_aligned ? (n + 8 + 7) / 8 * 8 : n;
+    break;
+  case 4: /* in place, packed */
+    c->inplace = 1;
+    break;
+  case 5: /* in place, strided, off alignment */
+    c->inplace = 1;
+    c->x_stride = n + 2;
+    c->dy_stride = n + 4;
+    c->offset = 1;
+    break;
+  case 6: /* one row with a huge (valid) stride: nothing may step to a next row */
+    c->rows = 1;
+    c->x_stride = c->y_stride = c->dy_stride = c->dx_stride = INT64_MAX;
+    break;
+  default:
+    break;
+  }
+}
+
 tcase tcase_default(fnorm_norm norm, fnorm_dtype dtype, fnorm_dtype param_dtype, int64_t rows,
                     int64_t cols) {
   tcase c;

@@ -67,6 +67,28 @@ tcase tcase_default(fnorm_norm norm, fnorm_dtype dtype, fnorm_dtype param_dtype,
 /* Appends a description of the case (for case names). */
 void tcase_describe(const tcase *c, char *out, size_t out_size);
 
+/* Every supported (dtype, param_dtype) pair; f32 with an explicit f32 param_dtype is the same
+ * computation as SAME and is covered in the options groups. And both norms. */
+typedef struct dtype_combo {
+  fnorm_dtype dtype, param_dtype;
+} dtype_combo;
+#define N_COMBOS 5
+extern const dtype_combo combos[N_COMBOS];
+extern const fnorm_norm norms[2];
+
+/* The option variants of `base`, each passed to run(group, case) in a fixed order: gamma/beta
+ * present or absent (4), forward statistics written or skipped (up to 3 besides the default),
+ * each backward output alone and in combinations (6), and a large and a tiny eps (2). */
+void tcase_option_variants(const tcase *base, const char *group,
+                           void (*run)(const char *group, const tcase *c));
+
+/* Layout variant v (0 <= v < N_LAYOUTS) of c, whose rows are c->cols long: strides, pointers
+ * off alignment, in place, one row with a huge stride. Variant 3 gives explicit strides: equal
+ * to cols, or with wide_aligned the next multiple of 8 elements above cols + 8 (aligned rows
+ * with a gap, which the 16-byte vector paths take). */
+#define N_LAYOUTS 7
+void tcase_apply_layout(tcase *c, int v, int wide_aligned);
+
 /* Where a case runs. The CPU executor has no device hooks; the CUDA one mirrors every buffer
  * image on the device before a call and copies it back after. */
 typedef struct executor {

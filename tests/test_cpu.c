@@ -11,20 +11,6 @@
 #include "rng.h"
 #include "tests.h"
 
-typedef struct dtype_combo {
-  fnorm_dtype dtype, param_dtype;
-} dtype_combo;
-
-/* Every supported (dtype, param_dtype) pair; f32 with an explicit f32 param_dtype is the
- * same computation as SAME and is covered in the options group. */
-static const dtype_combo combos[] = {{FNORM_DTYPE_F32, FNORM_DTYPE_SAME},
-                                     {FNORM_DTYPE_F16, FNORM_DTYPE_SAME},
-                                     {FNORM_DTYPE_F16, FNORM_DTYPE_F32},
-                                     {FNORM_DTYPE_BF16, FNORM_DTYPE_SAME},
-                                     {FNORM_DTYPE_BF16, FNORM_DTYPE_F32}};
-#define N_COMBOS ((int)(sizeof combos / sizeof combos[0]))
-static const fnorm_norm norms[] = {FNORM_LAYERNORM, FNORM_RMSNORM};
-
 /* Names, runs and closes one CPU case. */
 static void cpu_case(const char *group, const tcase *c) {
   char desc[400];
@@ -143,7 +129,7 @@ static void test_sizes(void) {
 
 static void test_option_variants(void) {
   static const int64_t sizes[] = {7, 129, 1031};
-  int s, k, q, v;
+  int s, k, q;
   group_begin("cpu-options: gamma/beta present or absent, outputs skipped, param dtype, eps");
   for (s = 0; s < 3; s++) {
     if (g_opt.quick && s == 2)
@@ -152,45 +138,7 @@ static void test_option_variants(void) {
       for (k = 0; k < N_COMBOS; k++) {
         int64_t n = sizes[s];
         tcase base = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype, 9, n);
-        /* gamma, beta: both, weight without bias, none, bias without weight */
-        for (v = 0; v < 4; v++) {
-          tcase c = base;
-          c.gamma = (v == 0 || v == 1);
-          c.beta = (v == 0 || v == 3);
-          c.dgamma = c.gamma;
-          c.dbeta = c.beta;
-          cpu_case("cpu", &c);
-        }
-        /* forward statistics: all four on/off patterns (RMSNorm has no mean) */
-        for (v = 0; v < 4; v++) {
-          tcase c = base;
-          c.bwd_x = c.bwd_y = 0;
-          c.mean_out = v & 1;
-          c.rstd_out = (v >> 1) & 1;
-          if (c.mean_out && norms[q] == FNORM_RMSNORM)
-            continue;
-          if (v == 3)
-            continue; /* the default */
-          cpu_case("cpu", &c);
-        }
-        /* backward outputs: each alone, and pairs */
-        for (v = 1; v < 7; v++) {
-          tcase c = base;
-          c.fwd = 0;
-          c.beta = 1; /* dbeta needs no beta, but the backward from y uses it when given */
-          c.dx = v & 1;
-          c.dgamma = (v >> 1) & 1;
-          c.dbeta = (v >> 2) & 1;
-          cpu_case("cpu", &c);
-        }
-        /* eps: large and tiny */
-        {
-          tcase c = base;
-          c.eps = 0.5f;
-          cpu_case("cpu", &c);
-          c.eps = 1e-12f;
-          cpu_case("cpu", &c);
-        }
+        tcase_option_variants(&base, "cpu", cpu_case);
       }
     /* f32 data with param_dtype given explicitly as f32 */
     for (q = 0; q < 2; q++) {
@@ -236,42 +184,9 @@ static void test_layouts(void) {
     for (q = 0; q < 2; q++)
       for (k = 0; k < N_COMBOS; k++) {
         int64_t n = sizes[s];
-        for (v = 0; v < 7; v++) {
+        for (v = 0; v < N_LAYOUTS; v++) {
           tcase c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype, 5, n);
-          switch (v) {
-          case 0: /* every stride different and larger than cols */
-            c.x_stride = n + 3;
-            c.y_stride = n + 5;
-            c.dy_stride = n + 1;
-            c.dx_stride = 2 * n + 7;
-            break;
-          case 1: /* the same, with every pointer one element off alignment */
-            c.x_stride = n + 3;
-            c.y_stride = n + 5;
-            c.dy_stride = n + 1;
-            c.dx_stride = 2 * n + 7;
-            c.offset = 1;
-            break;
-          case 2: /* packed rows, pointers one element off */
-            c.offset = 1;
-            break;
-          case 3: /* strides given explicitly equal to cols */
-            c.x_stride = c.y_stride = c.dy_stride = c.dx_stride = n;
-            break;
-          case 4: /* in place, packed */
-            c.inplace = 1;
-            break;
-          case 5: /* in place, strided, off alignment */
-            c.inplace = 1;
-            c.x_stride = n + 2;
-            c.dy_stride = n + 4;
-            c.offset = 1;
-            break;
-          case 6: /* one row with a huge (valid) stride: nothing may step to a next row */
-            c.rows = 1;
-            c.x_stride = c.y_stride = c.dy_stride = c.dx_stride = INT64_MAX;
-            break;
-          }
+          tcase_apply_layout(&c, v, 0);
           if (g_opt.quick && k != 0 && k != 4 && v != 1 && v != 5)
             continue;
           cpu_case("cpu", &c);

@@ -19,18 +19,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-typedef struct dtype_combo {
-  fnorm_dtype dtype, param_dtype;
-} dtype_combo;
-
-static const dtype_combo combos[] = {{FNORM_DTYPE_F32, FNORM_DTYPE_SAME},
-                                     {FNORM_DTYPE_F16, FNORM_DTYPE_SAME},
-                                     {FNORM_DTYPE_F16, FNORM_DTYPE_F32},
-                                     {FNORM_DTYPE_BF16, FNORM_DTYPE_SAME},
-                                     {FNORM_DTYPE_BF16, FNORM_DTYPE_F32}};
-#define N_COMBOS ((int)(sizeof combos / sizeof combos[0]))
-static const fnorm_norm norms[] = {FNORM_LAYERNORM, FNORM_RMSNORM};
-
 /* The GPU executor while CUDA runs, NULL while the cases are only counted as skipped. */
 static const executor *gpu;
 
@@ -199,7 +187,7 @@ static void cuda_rows(void) {
 
 static void cuda_options(void) {
   static const int64_t sizes[] = {127, 1024, 4097, 65537};
-  int s, k, q, v;
+  int s, k, q;
   group_begin("cuda-options: gamma/beta present or absent, outputs skipped, param dtype, eps");
   for (s = 0; s < 4; s++)
     for (q = 0; q < 2; q++)
@@ -209,39 +197,7 @@ static void cuda_options(void) {
                                    rows_for(n, 1 << 16, 64), n);
         if (g_opt.quick && (s == 3 || (k != 0 && k != 4)))
           continue;
-        for (v = 0; v < 4; v++) {
-          tcase c = base;
-          c.gamma = (v == 0 || v == 1);
-          c.beta = (v == 0 || v == 3);
-          c.dgamma = c.gamma;
-          c.dbeta = c.beta;
-          gpu_case("cuda", &c);
-        }
-        for (v = 0; v < 3; v++) {
-          tcase c = base;
-          c.bwd_x = c.bwd_y = 0;
-          c.mean_out = v & 1;
-          c.rstd_out = (v >> 1) & 1;
-          if (c.mean_out && norms[q] == FNORM_RMSNORM)
-            continue;
-          gpu_case("cuda", &c);
-        }
-        for (v = 1; v < 7; v++) {
-          tcase c = base;
-          c.fwd = 0;
-          c.beta = 1;
-          c.dx = v & 1;
-          c.dgamma = (v >> 1) & 1;
-          c.dbeta = (v >> 2) & 1;
-          gpu_case("cuda", &c);
-        }
-        {
-          tcase c = base;
-          c.eps = 0.5f;
-          gpu_case("cuda", &c);
-          c.eps = 1e-12f;
-          gpu_case("cuda", &c);
-        }
+        tcase_option_variants(&base, "cuda", gpu_case);
       }
   for (q = 0; q < 2; q++) {
     tcase c = tcase_default(norms[q], FNORM_DTYPE_F32, FNORM_DTYPE_F32, 33, 1024);
@@ -258,43 +214,10 @@ static void cuda_layouts(void) {
     for (q = 0; q < 2; q++)
       for (k = 0; k < N_COMBOS; k++) {
         int64_t n = sizes[s];
-        for (v = 0; v < 7; v++) {
+        for (v = 0; v < N_LAYOUTS; v++) {
           tcase c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype,
                                   rows_for(n, 1 << 17, 300), n);
-          switch (v) {
-          case 0:
-            c.x_stride = n + 3;
-            c.y_stride = n + 5;
-            c.dy_stride = n + 1;
-            c.dx_stride = 2 * n + 7;
-            break;
-          case 1:
-            c.x_stride = n + 3;
-            c.y_stride = n + 5;
-            c.dy_stride = n + 1;
-            c.dx_stride = 2 * n + 7;
-            c.offset = 1;
-            break;
-          case 2:
-            c.offset = 1;
-            break;
-          case 3: /* strides a multiple of 8 elements, larger than cols: aligned rows */
-            c.x_stride = c.y_stride = c.dy_stride = c.dx_stride = (n + 8 + 7) / 8 * 8;
-            break;
-          case 4:
-            c.inplace = 1;
-            break;
-          case 5:
-            c.inplace = 1;
-            c.x_stride = n + 2;
-            c.dy_stride = n + 4;
-            c.offset = 1;
-            break;
-          case 6: /* one row with a huge (valid) stride: nothing may step to a next row */
-            c.rows = 1;
-            c.x_stride = c.y_stride = c.dy_stride = c.dx_stride = INT64_MAX;
-            break;
-          }
+          tcase_apply_layout(&c, v, 1);
           if (g_opt.quick && (s == 5 || (k != 0 && k != 4) || v == 3 || v == 4))
             continue;
           gpu_case("cuda", &c);
