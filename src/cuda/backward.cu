@@ -58,6 +58,26 @@ __device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float
   mu = (a.layernorm && !a.from_y) ? a.mean[row] : 0.f;
 }
 
+/* Writes the dgamma/dbeta accumulators of the vectors a thread owns (t + k * blockDim.x of
+ * its chunk, k < VPT) into partial row `part` (gamma) and nparts + part (beta). */
+template <int VEC, int VPT>
+__device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part, int64_t v0,
+                                               const bool (&mine)[VPT], const float *acc_g,
+                                               const float *acc_b) {
+  float *pg = a.partial + part * a.cols + v0 * VEC;
+  float *pb = a.partial + (a.nparts + part) * a.cols + v0 * VEC;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+    if (mine[k]) {
+      const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        pg[i * VEC + e] = acc_g[k * VEC + e];
+        pb[i * VEC + e] = acc_b[k * VEC + e];
+      }
+    }
+}
+
 template <typename T, typename P, int VEC, int GROUP, int VPT>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int EPT = VEC * VPT;
@@ -173,7 +193,7 @@ __global__ void __launch_bounds__(512, 1)
   const int crows = csize / csplit, split = crank % csplit, lane = crank / csplit;
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)split * chunk_vecs;
-  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
+  const int64_t count = chunk_count(nvec, chunk_vecs, split);
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
   const int64_t step = nclusters * crows;
   const P *gamma = (const P *)a.gamma;
@@ -286,21 +306,12 @@ __global__ void __launch_bounds__(512, 1)
     crs = nrs;
   }
   if (a.want_dparams) {
-    float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
-    float *pb = a.partial + (a.nparts + cluster_id) * a.cols + v0 * VEC;
     if (crows == 1) {
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        if (mine[k]) {
-          const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            pg[i * VEC + e] = acc_g[k * VEC + e];
-            pb[i * VEC + e] = acc_b[k * VEC + e];
-          }
-        }
+      write_partials<VEC, VPT>(a, cluster_id, v0, mine, acc_g, acc_b);
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
+      float *pb = a.partial + (a.nparts + cluster_id) * a.cols + v0 * VEC;
       /* Lanes hold the same columns: park the accumulators in shared memory ([VEC][chunk]),
        * then lane l folds vectors [lo, hi) of the chunk over all lanes, in lane order. */
       float *fold_g = reinterpret_cast<float *>(dyn_smem); /* the ring, now free */
@@ -358,7 +369,7 @@ __global__ void __launch_bounds__(512, 1)
   cluster_shape(csize, crank);
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)crank * chunk_vecs;
-  const int count = (int)(v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0);
+  const int count = (int)chunk_count(nvec, chunk_vecs, crank);
   const uint32_t bytes = (uint32_t)count * (uint32_t)sizeof(V);
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
   if (threadIdx.x == 0) {
@@ -486,20 +497,8 @@ __global__ void __launch_bounds__(512, 1)
         store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
     }
   }
-  if (a.want_dparams) {
-    float *pg = a.partial + cluster_id * a.cols + v0 * VEC;
-    float *pb = a.partial + (a.nparts + cluster_id) * a.cols + v0 * VEC;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (mine[k]) {
-        const int64_t i = threadIdx.x + k * blockDim.x;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          pg[i * VEC + e] = acc_g[k * VEC + e];
-          pb[i * VEC + e] = acc_b[k * VEC + e];
-        }
-      }
-  }
+  if (a.want_dparams)
+    write_partials<VEC, VPT>(a, cluster_id, v0, mine, acc_g, acc_b);
   cluster_barrier(csize);
 #else
   (void)a;

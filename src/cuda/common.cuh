@@ -139,6 +139,13 @@ __device__ __forceinline__ void stage_issue(Pack<T, VEC> *stage, const T *src, i
   cp_async_commit();
 }
 
+/* Vectors in chunk `rank` of a row of nvec vectors cut into chunks of chunk_vecs: chunk_vecs,
+ * fewer for the last chunk, none past the row's end. */
+__device__ __forceinline__ int64_t chunk_count(int64_t nvec, int64_t chunk_vecs, int64_t rank) {
+  const int64_t lo = rank * chunk_vecs;
+  return lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
+}
+
 /* ---- reductions ---- */
 
 /* Pairwise sum of a thread's N values: a tree of depth log2(N) instead of a chain of N
@@ -453,8 +460,7 @@ __device__ __forceinline__ RowStats ln_cluster_stats(float mc, float s1, float s
     float fn = 0.f, dr = 0.f, m2r = 0.f;
     if (r < csize) {
       const float4 q = red.cta[slot][r];
-      const int64_t lo = (int64_t)r * chunk_vecs;
-      const int64_t nr = lo < nvec ? (nvec - lo < chunk_vecs ? nvec - lo : chunk_vecs) : 0;
+      const int64_t nr = chunk_count(nvec, chunk_vecs, r);
       if (nr > 0) {
         fn = (float)(nr * vec);
         const float cr = q.y / fn;

@@ -124,7 +124,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   ring_red_init(red, csize);
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)crank * chunk_vecs;
-  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
+  const int64_t count = chunk_count(nvec, chunk_vecs, crank);
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
   row_sum_init(red, csize);
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)crank * chunk_vecs;
-  const int64_t count = v0 < nvec ? (nvec - v0 < chunk_vecs ? nvec - v0 : chunk_vecs) : 0;
+  const int64_t count = chunk_count(nvec, chunk_vecs, crank);
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
