@@ -644,15 +644,15 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                                         cudaStream_t stream) {
   if (plan.tier == TIER_RING) {
     if constexpr (VEC * sizeof(T) == 16) {
-      /* Two vectors a thread (16 elements of 16-bit data, 8 of fp32): measured best on an H200
-       * (bench/tune/), against one (too little work a row for the barrier) and four. */
-      void (*k)(BwdParams, int64_t, int) = bwd_ring_kernel<T, P, VEC, 2>;
-      if (plan.vpt != 2)
+      void (*k)(BwdParams, int64_t, int) = bwd_ring_kernel<T, P, VEC, kRingVpt>;
+      if (plan.vpt != kRingVpt)
         return FNORM_ERR_UNSUPPORTED;
       /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */
       int64_t units = 0;
       const fnorm_status st =
-          persistent_units(k, plan.threads, plan.smem, plan.cluster, plan.nparts, &units);
+          kernel_attributes(k, plan.smem, plan.cluster) != FNORM_SUCCESS
+              ? FNORM_ERR_CUDA
+              : persistent_units(k, plan.threads, plan.smem, plan.cluster, plan.nparts, &units);
       if (st != FNORM_SUCCESS)
         return st;
       a.nparts = units;

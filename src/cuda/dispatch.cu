@@ -111,9 +111,6 @@ Tuning tuning() {
   return t;
 }
 
-/* Vectors a thread in the backward ring kernel (16 elements of 16-bit data, 8 of fp32). */
-const int kRingVpt = 2;
-
 /* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (dy and x):
  * the smallest power-of-two cluster whose chunks hold at most `cap` vectors (measured: small
  * CTAs, several an SM, do best), or if that takes more than 16 CTAs, up to kRingVpt vectors

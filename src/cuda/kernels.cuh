@@ -87,6 +87,10 @@ constexpr int fwd_reg_vpt(int vec) {
 constexpr int bwd_reg_vpt(int vec) {
   return vec == 1 ? 8 : 16 / vec;
 }
+/* Vectors a thread in the backward ring kernel (16 elements of 16-bit data, 8 of fp32):
+ * measured best on an H200 (bench/tune/), against one (too little work a row for its barrier)
+ * and four (16-bit accumulators spill). */
+constexpr int kRingVpt = 2;
 
 template <typename T, typename P>
 fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t stream);
@@ -136,12 +140,11 @@ inline void launch_config(cudaLaunchConfig_t &cfg, cudaLaunchAttribute (&attr)[1
 }
 
 /* Clusters (or CTAs, when cluster == 1) of `kernel` that can be resident on the device at once,
- * at most max_units: the size of a persistent launch. */
+ * at most max_units: the size of a persistent launch. The kernel's attributes for smem and
+ * cluster (kernel_attributes) must be set already: the occupancy calculation reads them. */
 template <typename... KArgs>
 fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem, int cluster,
                               int64_t max_units, int64_t *units) {
-  if (kernel_attributes(kernel, smem, cluster) != FNORM_SUCCESS)
-    return FNORM_ERR_CUDA;
   int resident = 0;
   if (cluster > 1) {
     cudaLaunchConfig_t cfg;
