@@ -212,23 +212,38 @@ __device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
 }
 #endif
 
+/* How cta_sum_slot adds the warps' sums: every thread in a loop over the warps (broadcast
+ * reads of shared memory), or lane r taking warp r's and a second butterfly adding them, or the
+ * loop up to 8 warps and the butterfly beyond. Measured on an H200 (bench/tune/, sweeps 8-10):
+ * the butterfly is fastest in every kernel but the 16-bit fwd_reg_kernel, where the mixed form
+ * measured best and the butterfly alone 20-30 points slower (the compiler then schedules its
+ * prefetch differently). */
+enum WarpSum { WARPS_LOOP = 0, WARPS_LANES = 1, WARPS_MIXED = 2 };
+
 /* Sum of K values over the CTA through one slot of per-warp scratch (KW >= K floats a warp);
  * every thread gets the same bits. Every thread of the CTA calls it. */
-template <int K, int KW>
+template <int K, int KW, int HOW = WARPS_LANES>
 __device__ __forceinline__ void cta_sum_slot(float (&v)[K], float (&warp)[2][32][KW], int slot) {
   group_sum<32, K>(v);
-  const int w = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  if ((threadIdx.x & 31) == 0)
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  if (lane == 0)
 #pragma unroll
     for (int k = 0; k < K; ++k)
       warp[slot][w][k] = v[k];
   __syncthreads();
+  if (HOW == WARPS_LOOP || (HOW == WARPS_MIXED && nwarps <= 8)) {
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    float s = 0.f;
-    for (int r = 0; r < nwarps; ++r)
-      s += warp[slot][r][k];
-    v[k] = s;
+    for (int k = 0; k < K; ++k) {
+      float s = 0.f;
+      for (int r = 0; r < nwarps; ++r)
+        s += warp[slot][r][k];
+      v[k] = s;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      v[k] = lane < nwarps ? warp[slot][lane][k] : 0.f;
+    group_sum<32, K>(v);
   }
 }
 
@@ -344,8 +359,9 @@ struct RingRed {
 
 /* Sum K <= 4 values over the CTA (every thread gets the same bits). Every thread calls it;
  * `round` alternates the slot. */
-template <int K> __device__ __forceinline__ void cta_sum(float (&v)[K], RingRed &sm, int &round) {
-  cta_sum_slot<K>(v, sm.warp, round & 1);
+template <int K, int HOW = WARPS_LANES>
+__device__ __forceinline__ void cta_sum(float (&v)[K], RingRed &sm, int &round) {
+  cta_sum_slot<K, 4, HOW>(v, sm.warp, round & 1);
   ++round;
 }
 
@@ -434,39 +450,118 @@ __device__ __forceinline__ void ring_red_init(RingRed &red, int csize) {
 #endif
 }
 
+/* LayerNorm statistics of the values one CTA holds, with one barrier. Each thread centres its
+ * own values on their mean (two passes over its registers), each warp combines its lanes
+ * relative to lane 0's mean, and the warps' (reference, mean offset, sum of squares, count)
+ * are combined in warp order: Chan's pairwise-stable update, so no sum of squares is ever taken
+ * about a mean far from the data, and differences of nearby means stay exact. x_at(k, e) is
+ * value e of the thread's vector k (VPT vectors of VEC), zero where mine[k] is false; n holds the
+ * counts (ln_counts). The CTA's values then have
+ * mean ref + c and sum of squared deviations m2; every thread gets the same bits. Every thread
+ * of the CTA calls it; `round` alternates the slot of `warp`. */
+struct ChunkStats {
+  float ref, c, m2, n;
+};
+/* Counts of valid values, fixed for a kernel's lifetime: the thread's (nt), its warp's (nw) and
+ * its CTA's (ncta), with reciprocals (0 for a count of 0), so that no row divides. */
+struct LnCounts {
+  float nt, inv_nt, nw, inv_nw, ncta, inv_ncta;
+};
+__device__ __forceinline__ LnCounts ln_counts(int values_thread, int64_t values_cta) {
+  LnCounts n;
+  n.nt = (float)values_thread;
+  float w[1] = {n.nt};
+  group_sum<32, 1>(w);
+  n.nw = w[0];
+  n.ncta = (float)values_cta;
+  n.inv_nt = n.nt > 0.f ? 1.f / n.nt : 0.f;
+  n.inv_nw = n.nw > 0.f ? 1.f / n.nw : 0.f;
+  n.inv_ncta = n.ncta > 0.f ? 1.f / n.ncta : 0.f;
+  return n;
+}
+template <int VPT, int VEC, typename X>
+__device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&mine)[VPT],
+                                                   const LnCounts &n, float (&warp)[2][32][4],
+                                                   int &round) {
+  float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      p[e & 3] += x_at(k, e);
+  const float mt = ((p[0] + p[1]) + (p[2] + p[3])) * n.inv_nt;
+  float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float d = mine[k] ? x_at(k, e) - mt : 0.f;
+      q1[e & 3] += d;
+      q2[e & 3] = fmaf(d, d, q2[e & 3]);
+    }
+  const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
+  const float rel = s1 * n.inv_nt; /* the thread's mean is mt + rel */
+  const float m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
+  /* The warp, relative to lane 0's mean. */
+  const float mw = __shfl_sync(0xffffffffu, mt, 0);
+  const float d = (mt - mw) + rel;
+  float a[1] = {n.nt * d};
+  group_sum<32, 1>(a);
+  const float cw = a[0] * n.inv_nw;
+  const float e = d - cw;
+  float w[1] = {fmaf(n.nt * e, e, m2t)};
+  group_sum<32, 1>(w);
+  const int slot = round & 1, lane = threadIdx.x & 31;
+  ++round;
+  if (lane == 0)
+    *reinterpret_cast<float4 *>(warp[slot][threadIdx.x >> 5]) = make_float4(mw, cw, w[0], n.nw);
+  __syncthreads();
+  /* The CTA, relative to warp 0's reference: lane r takes warp r's terms. */
+  const float ref = warp[slot][0][0];
+  float fn = 0.f, dr = 0.f, m2r = 0.f;
+  if (lane < (int)(blockDim.x >> 5)) {
+    const float4 q = *reinterpret_cast<const float4 *>(warp[slot][lane]);
+    fn = q.w;
+    dr = (q.x - ref) + q.y;
+    m2r = q.z;
+  }
+  float sc[1] = {fn * dr};
+  group_sum<32, 1>(sc);
+  ChunkStats st;
+  st.ref = ref;
+  st.n = n.ncta;
+  st.c = sc[0] * n.inv_ncta;
+  const float er = dr - st.c;
+  float m2[1] = {fmaf(fn * er, er, m2r)};
+  group_sum<32, 1>(m2);
+  st.m2 = m2[0];
+  return st;
+}
+
 /* LayerNorm statistics of a row split over the csize CTAs of a cluster (csize may be 1), in one
- * exchange. Each CTA reduced its chunk of nr elements (nr from its rank: chunk_vecs vectors of
- * vec elements, fewer or none for the last ranks): first its mean mc, then S1 = sum(x - mc)
- * and S2 = sum((x - mc)^2). The chunks are combined in rank order relative to rank 0's mc
- * (Chan's pairwise update: no cancellation), and the CTA's elements are then normalized as
- * ((x - mc) - off) * rstd. Every thread of the cluster calls it, in the same round. */
+ * exchange. Each CTA brings its chunk's ChunkStats (cta_ln_stats); the chunks are combined in
+ * rank order relative to rank 0's reference, the same update as inside the CTA, lane-parallel.
+ * The CTA's elements are then normalized as ((x - st.ref) - off) * rstd. Every thread of the
+ * cluster calls it, in the same round, after a __syncthreads since its previous call. */
 struct RowStats {
   float off, rstd, mean;
 };
-__device__ __forceinline__ RowStats ln_cluster_stats(float mc, float s1, float s2, RingRed &red,
-                                                     int &xround, int csize, int64_t chunk_vecs,
-                                                     int64_t nvec, int vec, float inv_n,
+__device__ __forceinline__ RowStats ln_cluster_stats(const ChunkStats &cs, RingRed &red,
+                                                     int &xround, int csize, float inv_n,
                                                      float eps) {
-  float c, m2, mref = mc;
-  if (csize == 1) {
-    c = s1 * inv_n;
-    m2 = s2 - s1 * c;
-  } else {
+  float c = cs.c, m2 = cs.m2, mref = cs.ref;
+  if (csize > 1) {
     /* Lane r of every warp takes rank r's terms; xor butterflies add them, which gives every
      * lane (and every warp: same inputs, same tree) the same bits. */
-    const int slot = cluster_exchange(make_float4(mc, s1, s2, 0.f), red, xround, csize);
+    const int slot = cluster_exchange(make_float4(cs.ref, cs.c, cs.m2, cs.n), red, xround, csize);
     mref = red.cta[slot][0].x;
     const int r = threadIdx.x & 31;
     float fn = 0.f, dr = 0.f, m2r = 0.f;
     if (r < csize) {
       const float4 q = red.cta[slot][r];
-      const int64_t nr = chunk_count(nvec, chunk_vecs, r);
-      if (nr > 0) {
-        fn = (float)(nr * vec);
-        const float cr = q.y / fn;
-        dr = (q.x - mref) + cr; /* rank r's mean, relative to mref */
-        m2r = q.z - q.y * cr;   /* rank r's sum of squares about its own mean */
-      }
+      fn = q.w;
+      dr = (q.x - mref) + q.y; /* rank r's mean, relative to mref */
+      m2r = q.z;
     }
     float sc = fn * dr;
 #pragma unroll
@@ -474,7 +569,7 @@ __device__ __forceinline__ RowStats ln_cluster_stats(float mc, float s1, float s
       sc += __shfl_xor_sync(0xffffffffu, sc, off);
     c = sc * inv_n;
     const float e = dr - c;
-    m2 = m2r + fn * e * e;
+    m2 = fmaf(fn * e, e, m2r);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
       m2 += __shfl_xor_sync(0xffffffffu, m2, off);
@@ -483,7 +578,7 @@ __device__ __forceinline__ RowStats ln_cluster_stats(float mc, float s1, float s
   var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN must stay NaN so the row's rstd shows it */
   RowStats st;
   st.rstd = 1.f / sqrtf(var + eps);
-  st.off = c - (mc - mref); /* x - (mref + c) = (x - mc) - off */
+  st.off = c - (cs.ref - mref); /* x - (mref + c) = (x - cs.ref) - off */
   st.mean = mref + c;
   return st;
 }

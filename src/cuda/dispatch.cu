@@ -80,16 +80,18 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
   return c;
 }
 
-/* Knobs of the backward ring tier. The defaults are the library's choices, measured on an H200
- * (bench/tune/); a build with FNORM_TUNING (a developer option, never a release build) reads
- * overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can sweep
- * them (scripts/tune_sweep.sh). */
+/* Knobs of the backward ring tier and the forward CTA tier. The defaults are the library's choices,
+ * measured on an H200 (bench/tune/); a build with FNORM_TUNING (a developer option, never a release
+ * build) reads overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can
+ * sweep them (scripts/tune_sweep.sh). */
 struct Tuning {
   int ring;     /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
   int stages;   /* stages of the ring, at most */
   int threads;  /* threads a CTA, at most */
   int cap;      /* vectors a CTA, preferably at most (a cluster beyond) */
   int min_rows; /* rows a persistent CTA (or cluster) gets at least, when M is small */
+  int fwd_cta;  /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
+  int fwd_ept;  /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
 };
 
 #ifdef FNORM_TUNING
@@ -100,13 +102,15 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 1};
+  Tuning t = {1, 4, 512, 512, 16, 1, 32};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
   t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
   t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
   t.min_rows = tune_knob("FNORM_TUNE_BWD_MIN_ROWS", t.min_rows);
+  t.fwd_cta = tune_knob("FNORM_TUNE_FWD_CTA", t.fwd_cta);
+  t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
 #endif
   return t;
 }
@@ -185,6 +189,27 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   pl.tier = TIER_ROW;
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+  /* 16-byte vectors and rows enough to fill the GPU: a CTA per row while one CTA (up to 1024
+   * threads of the preferred elements a thread, else up to 4 x 8) holds the row. Longer rows,
+   * and fewer rows, take the register kernel below, split over a cluster (sweep 9: faster than
+   * clusters of this kernel). */
+  const Tuning tn = tuning();
+  if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count) {
+    const int v1 = 8 / vec; /* vectors of 8 elements */
+    int vpt = v1;
+    while (vpt < 4 * v1 && vpt * vec < tn.fwd_ept)
+      vpt *= 2;
+    while (vpt < 4 * v1 && ceil_div(nvec, vpt) > 1024)
+      vpt *= 2;
+    if (ceil_div(nvec, vpt) <= 1024) {
+      pl.mode = MODE_CTA;
+      pl.vpt = vpt;
+      pl.cluster = 1;
+      pl.threads = (int)round_up(ceil_div(nvec, vpt), 32);
+      pl.grid = min64(p->rows, kMaxGrid);
+      return pl;
+    }
+  }
   const int vpt = fwd_reg_vpt(vec);
   int c = split_rows(p, nvec, (int64_t)kMaxThreads * vpt, max_cluster, dev);
   pl.chunk = ceil_div(nvec, c);

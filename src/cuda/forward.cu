@@ -116,6 +116,9 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
  * reduced and written, the next row's loads are already in flight (raw, in registers), so
  * the barriers of the reductions never leave the memory system idle, and x goes from DRAM to
  * registers without touching shared memory (whose bandwidth the staged kernel runs out of). */
+/* How fwd_reg_kernel's CTA sums add the warps' sums (cta_sum_slot): measured best on an H200. */
+template <typename T> constexpr int kRegWarpSum = sizeof(T) == 4 ? WARPS_LANES : WARPS_MIXED;
+
 template <typename T, typename P, int VEC, int VPT>
 __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_vecs) {
   __shared__ RingRed red;
@@ -176,7 +179,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
         for (int e = 0; e < VEC; ++e)
           p[(k * VEC + e) & 3] += x_at(k, e);
       float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
-      cta_sum<1>(s, red, round);
+      cta_sum<1, kRegWarpSum<T>>(s, red, round);
       mc = count > 0 ? s[0] / (float)(count * VEC) : 0.f;
       float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -188,9 +191,13 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
           q2[(k * VEC + e) & 3] = fmaf(d, d, q2[(k * VEC + e) & 3]);
         }
       float t[2] = {(q1[0] + q1[1]) + (q1[2] + q1[3]), (q2[0] + q2[1]) + (q2[2] + q2[3])};
-      cta_sum<2>(t, red, round);
-      const RowStats st =
-          ln_cluster_stats(mc, t[0], t[1], red, xround, csize, chunk_vecs, nvec, VEC, inv_n, a.eps);
+      cta_sum<2, kRegWarpSum<T>>(t, red, round);
+      ChunkStats cs;
+      cs.ref = mc;
+      cs.n = (float)(count * VEC);
+      cs.c = count > 0 ? t[0] / cs.n : 0.f;
+      cs.m2 = t[1] - t[0] * cs.c;
+      const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, a.eps);
       c = st.off;
       rstd = st.rstd;
       mean_out = st.mean;
@@ -204,7 +211,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
           p[(k * VEC + e) & 3] = fmaf(xv, xv, p[(k * VEC + e) & 3]);
         }
       float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
-      cta_sum<1>(s, red, round);
+      cta_sum<1, kRegWarpSum<T>>(s, red, round);
       rstd = 1.f / sqrtf(cluster_sum(s[0], red, xround, csize) * inv_n + a.eps);
     }
     if (crank == 0 && threadIdx.x == 0) {
@@ -237,6 +244,84 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
 template <typename T, typename P, int VEC, int VPT>
 __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
   fwd_reg_body<T, P, VEC, VPT>(a, chunk_vecs);
+}
+
+/* A CTA per row (16-byte vectors, rows one CTA of up to 1024 threads holds), the row in
+ * registers, VPT vectors a thread, not persistent: rows follow each other through the CTAs
+ * resident on an SM (up to 2048 threads), so one row's reductions overlap other rows' loads
+ * without a prefetch copy in registers. Few registers, one barrier a row (cta_ln_stats), the
+ * norm a template parameter. Measured on an H200 (bench/tune/, sweeps 8 and 9): faster than
+ * fwd_reg_kernel at every such row length, which Nsight Compute showed latency-bound at 25%
+ * occupancy; splitting longer rows over a cluster of these CTAs was slower than fwd_reg. */
+template <typename T, typename P, int VEC, int VPT, bool LN>
+__global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
+  __shared__ __align__(16) float warp[2][32][4];
+  const int64_t nvec = a.cols / VEC;
+  bool mine[VPT];
+  int nmine = 0;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    mine[k] = threadIdx.x + k * blockDim.x < nvec;
+    nmine += mine[k];
+  }
+  const LnCounts counts = ln_counts(nmine * VEC, nvec * VEC);
+  const float inv_n = 1.f / (float)a.cols;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  int round = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T *xr = (const T *)a.x + row * a.x_stride;
+    float v[VPT * VEC];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (mine[k]) {
+        load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = 0.f;
+      }
+    }
+    float ref = 0.f, c = 0.f, rstd;
+    if constexpr (LN) {
+      const ChunkStats cs = cta_ln_stats<VPT, VEC>([&](int k, int e) { return v[k * VEC + e]; },
+                                                   mine, counts, warp, round);
+      float var = cs.m2 * inv_n;
+      var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
+      ref = cs.ref;
+      c = cs.c;
+      rstd = 1.f / sqrtf(var + a.eps);
+    } else {
+      float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < VPT * VEC; ++j)
+        p[j & 3] = fmaf(v[j], v[j], p[j & 3]);
+      float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
+      cta_sum_slot<1>(s, warp, round & 1);
+      ++round;
+      rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
+    }
+    if (threadIdx.x == 0) {
+      if (a.mean)
+        a.mean[row] = ref + c;
+      if (a.rstd)
+        a.rstd[row] = rstd;
+    }
+    T *yr = (T *)a.y + row * a.y_stride;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (!mine[k])
+        continue;
+      const int i = threadIdx.x + k * blockDim.x;
+      float g[VEC], b[VEC], out[VEC];
+      load_param<P, VEC>(gamma, (int64_t)i * VEC, 1.f, g);
+      load_param<P, VEC>(beta, (int64_t)i * VEC, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) /* x - ref - c (LN; ref = c = 0 for RMS) */
+        out[e] = fmaf(((v[k * VEC + e] - ref) - c) * rstd, g[e], b[e]);
+      store_vec<T, VEC>(yr + (int64_t)i * VEC, out);
+    }
+  }
 }
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
@@ -389,6 +474,22 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+  }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_CTA) {
+    if constexpr (VEC * sizeof(T) == 16) {
+      void (*k)(FwdParams) = nullptr;
+      constexpr int V1 = kCtaMinVpt<T>;
+      const bool ln = a.layernorm;
+      if (plan.vpt == V1)
+        k = ln ? fwd_cta_kernel<T, P, VEC, V1, true> : fwd_cta_kernel<T, P, VEC, V1, false>;
+      else if (plan.vpt == 2 * V1)
+        k = ln ? fwd_cta_kernel<T, P, VEC, 2 * V1, true> : fwd_cta_kernel<T, P, VEC, 2 * V1, false>;
+      else if (plan.vpt == 4 * V1)
+        k = ln ? fwd_cta_kernel<T, P, VEC, 4 * V1, true> : fwd_cta_kernel<T, P, VEC, 4 * V1, false>;
+      if (k)
+        return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+    }
+    return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);

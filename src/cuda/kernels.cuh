@@ -53,7 +53,9 @@ enum Tier {
 enum Mode {
   MODE_REG = 1,    /* in registers (VPT vectors a thread), the next row prefetched meanwhile */
   MODE_STAGED = 2, /* forward: staged in shared memory (nbuf stages) */
-  MODE_GLOBAL = 3  /* forward: re-read from global memory (L2) for each pass */
+  MODE_GLOBAL = 3, /* forward: re-read from global memory (L2) for each pass */
+  MODE_CTA = 4     /* forward, 16-byte vectors: a CTA per row in registers (vpt vectors a
+                      thread), not persistent; resident CTAs overlap the rows */
 };
 
 struct Plan {
@@ -91,6 +93,9 @@ constexpr int bwd_reg_vpt(int vec) {
  * measured best on an H200 (bench/tune/), against one (too little work a row for its barrier)
  * and four (16-bit accumulators spill). */
 constexpr int kRingVpt = 2;
+/* Vectors a thread in the forward MODE_CTA kernel: kCtaMinVpt (8 elements), twice or four
+ * times that. */
+template <typename T> constexpr int kCtaMinVpt = 8 * (int)sizeof(T) / 16;
 
 template <typename T, typename P>
 fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t stream);
