@@ -112,16 +112,22 @@ static void gpu_case(const char *group, const tcase *c) {
 }
 
 static const int64_t sizes_full[] = {
-    1,     2,      3,      4,      5,      6,          7,     8,     31,    32,    33,
-    63,    64,     65,     96,     127,    128,        192,   129,   255,   256,   257,
-    383,   384,    511,    512,    513,    767,        768,   1023,  1024,  1025,  1536,
-    2047,  2048,   2049,   3000,   4095,   4096,       4097,  5120,  6143,  8191,  8192,
-    8193,  12289,  16383,  16384,  16385,  24577,      32767, 32768, 32769, 65535, 65536,
-    65537, 131071, 262144, 262147, 802816, 1048576 + 7};
+    1,     2,      3,      4,      5,      6,           7,     8,     31,    32,    33,
+    63,    64,     65,     96,     127,    128,         192,   129,   255,   256,   257,
+    383,   384,    511,    512,    513,    767,         768,   1023,  1024,  1025,  1536,
+    2047,  2048,   2049,   3000,   4095,   4096,        4097,  5120,  6143,  8191,  8192,
+    8193,  12289,  16383,  16384,  16385,  24577,       32767, 32768, 32769, 65535, 65536,
+    65537, 131071, 262144, 262147, 802816, 1048576 + 7, 32776};
 /* Odd lengths take the one-element paths, multiples of 8 the 16-byte vector paths (and on
  * sm_90 the bulk-copy ring tier, a cluster per row from 16384 on). */
 static const int64_t sizes_quick[] = {1,    7,    33,    128,   257,   1024,   1025,
                                       4096, 4097, 16384, 16385, 65537, 262144, 262147};
+
+/* Rows enough for the forward's CTA-per-row tier, which the dispatch takes only with at least
+ * two rows per SM (vector rows of up to 32768 elements): 2 x 160 SMs, more than any supported
+ * GPU has, so the case list stays the same on every device. Kept also under --quick, so that
+ * compute-sanitizer sees that tier. */
+enum { CTA_TIER_ROWS = 320 };
 
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
  * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */
@@ -153,6 +159,11 @@ static void cuda_sizes(void) {
         /* Long rows also with 1, 2 or 3 rows: the grid has fewer blocks than SMs. */
         if (n >= 4096 && c.rows > 3) {
           c.rows = 1 + (s + k) % 3;
+          gpu_case("cuda", &c);
+        }
+        /* Vector rows the CTA-per-row forward tier holds, and the first past it (32776). */
+        if (n % 8 == 0 && n >= 1024 && n <= 32776 && c.rows < CTA_TIER_ROWS) {
+          c.rows = CTA_TIER_ROWS;
           gpu_case("cuda", &c);
         }
       }
@@ -203,6 +214,15 @@ static void cuda_options(void) {
     tcase c = tcase_default(norms[q], FNORM_DTYPE_F32, FNORM_DTYPE_F32, 33, 1024);
     gpu_case("cuda", &c);
   }
+  /* The forward's CTA-per-row tier (enough rows), for the two dtype pairs --quick keeps. */
+  for (q = 0; q < 2; q++)
+    for (k = 0; k < N_COMBOS; k++) {
+      tcase base =
+          tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype, CTA_TIER_ROWS, 4096);
+      if (k != 0 && k != 4)
+        continue;
+      tcase_option_variants(&base, "cuda", gpu_case);
+    }
   group_end();
 }
 
@@ -221,6 +241,12 @@ static void cuda_layouts(void) {
           if (g_opt.quick && (s == 5 || (k != 0 && k != 4) || v == 3 || v == 4))
             continue;
           gpu_case("cuda", &c);
+          /* 4096 also with rows enough for the forward's CTA-per-row tier. */
+          if (n == 4096 && !g_opt.quick && (k == 0 || k == 4)) {
+            c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype, CTA_TIER_ROWS, n);
+            tcase_apply_layout(&c, v, 1);
+            gpu_case("cuda", &c);
+          }
         }
       }
   group_end();
@@ -239,6 +265,10 @@ static void cuda_hard_inputs(void) {
       if (g_opt.quick && s >= 2)
         continue;
       gpu_case("cuda", &c);
+      if (offset_sizes[s] == 4096) { /* the forward's CTA-per-row tier */
+        c.rows = CTA_TIER_ROWS;
+        gpu_case("cuda", &c);
+      }
     }
   for (s = 0; s < 5; s++)
     for (q = 0; q < 2; q++)
