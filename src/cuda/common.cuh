@@ -450,15 +450,7 @@ __device__ __forceinline__ void ring_red_init(RingRed &red, int csize) {
 #endif
 }
 
-/* LayerNorm statistics of the values one CTA holds, with one barrier. Each thread centres its
- * own values on their mean (two passes over its registers), each warp combines its lanes
- * relative to lane 0's mean, and the warps' (reference, mean offset, sum of squares, count)
- * are combined in warp order: Chan's pairwise-stable update, so no sum of squares is ever taken
- * about a mean far from the data, and differences of nearby means stay exact. x_at(k, e) is
- * value e of the thread's vector k (VPT vectors of VEC), zero where mine[k] is false; n holds the
- * counts (ln_counts). The CTA's values then have
- * mean ref + c and sum of squared deviations m2; every thread gets the same bits. Every thread
- * of the CTA calls it; `round` alternates the slot of `warp`. */
+/* A chunk of a row (a CTA's values): mean ref + c, sum of squared deviations m2, n values. */
 struct ChunkStats {
   float ref, c, m2, n;
 };
@@ -479,32 +471,15 @@ __device__ __forceinline__ LnCounts ln_counts(int values_thread, int64_t values_
   n.inv_ncta = n.ncta > 0.f ? 1.f / n.ncta : 0.f;
   return n;
 }
-template <int VPT, int VEC, typename X>
-__device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&mine)[VPT],
-                                                   const LnCounts &n, float (&warp)[2][32][4],
-                                                   int &round) {
-  float p[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      p[e & 3] += x_at(k, e);
-  const float mt = ((p[0] + p[1]) + (p[2] + p[3])) * n.inv_nt;
-  float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int k = 0; k < VPT; ++k)
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const float d = mine[k] ? x_at(k, e) - mt : 0.f;
-      q1[e & 3] += d;
-      q2[e & 3] = fmaf(d, d, q2[e & 3]);
-    }
-  const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
-  const float rel = s1 * n.inv_nt; /* the thread's mean is mt + rel */
-  const float m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
-  /* The warp, relative to lane 0's mean. */
-  const float mw = __shfl_sync(0xffffffffu, mt, 0);
-  const float d = (mt - mw) + rel;
+/* The combination half of cta_ln_stats, for values a thread has already reduced: its values
+ * (n.nt of them) have mean base + rel and sum of squared deviations m2t (base a value near
+ * them, rel a small offset, so that differences of nearby bases stay exact). The warp is
+ * combined relative to lane 0's base, then the warps relative to warp 0's, in warp order. */
+__device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, float m2t,
+                                                     const LnCounts &n, float (&warp)[2][32][4],
+                                                     int &round) {
+  const float mw = __shfl_sync(0xffffffffu, base, 0);
+  const float d = (base - mw) + rel;
   float a[1] = {n.nt * d};
   group_sum<32, 1>(a);
   const float cw = a[0] * n.inv_nw;
@@ -536,6 +511,40 @@ __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&m
   group_sum<32, 1>(m2);
   st.m2 = m2[0];
   return st;
+}
+
+/* LayerNorm statistics of the values one CTA holds, with one barrier. Each thread centres its
+ * own values on their mean (two passes over its registers), each warp combines its lanes
+ * relative to lane 0's mean, and the warps' (reference, mean offset, sum of squares, count)
+ * are combined in warp order: Chan's pairwise-stable update, so no sum of squares is ever taken
+ * about a mean far from the data, and differences of nearby means stay exact. x_at(k, e) is
+ * value e of the thread's vector k (VPT vectors of VEC), zero where mine[k] is false; n holds
+ * the counts (ln_counts). Returns the CTA's ChunkStats; every thread gets the same bits. Every
+ * thread of the CTA calls it; `round` alternates the slot of `warp`. */
+template <int VPT, int VEC, typename X>
+__device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&mine)[VPT],
+                                                   const LnCounts &n, float (&warp)[2][32][4],
+                                                   int &round) {
+  float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      p[e & 3] += x_at(k, e);
+  const float mt = ((p[0] + p[1]) + (p[2] + p[3])) * n.inv_nt;
+  float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float d = mine[k] ? x_at(k, e) - mt : 0.f;
+      q1[e & 3] += d;
+      q2[e & 3] = fmaf(d, d, q2[e & 3]);
+    }
+  const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
+  const float rel = s1 * n.inv_nt; /* the thread's mean is mt + rel */
+  const float m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
+  return cta_ln_combine(mt, rel, m2t, n, warp, round);
 }
 
 /* LayerNorm statistics of a row split over the csize CTAs of a cluster (csize may be 1), in one

@@ -85,13 +85,15 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
  * build) reads overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can
  * sweep them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int ring;     /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int stages;   /* stages of the ring, at most */
-  int threads;  /* threads a CTA, at most */
-  int cap;      /* vectors a CTA, preferably at most (a cluster beyond) */
-  int min_rows; /* rows a persistent CTA (or cluster) gets at least, when M is small */
-  int fwd_cta;  /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
-  int fwd_ept;  /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
+  int ring;       /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;     /* stages of the ring, at most */
+  int threads;    /* threads a CTA, at most */
+  int cap;        /* vectors a CTA, preferably at most (a cluster beyond) */
+  int min_rows;   /* rows a persistent CTA (or cluster) gets at least, when M is small */
+  int fwd_cta;    /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
+  int fwd_ept;    /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
+  int fwd_stream; /* forward, experimental: 1 for rows past the register kernel's, 2 also for
+                     its cluster rows, 0 never (MODE_STREAM) */
 };
 
 #ifdef FNORM_TUNING
@@ -102,7 +104,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 16, 1, 32};
+  Tuning t = {1, 4, 512, 512, 16, 1, 32, 0};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -111,6 +113,7 @@ Tuning tuning() {
   t.min_rows = tune_knob("FNORM_TUNE_BWD_MIN_ROWS", t.min_rows);
   t.fwd_cta = tune_knob("FNORM_TUNE_FWD_CTA", t.fwd_cta);
   t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
+  t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
 #endif
   return t;
 }
@@ -213,7 +216,18 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int vpt = fwd_reg_vpt(vec);
   int c = split_rows(p, nvec, (int64_t)kMaxThreads * vpt, max_cluster, dev);
   pl.chunk = ceil_div(nvec, c);
-  if (pl.chunk <= (int64_t)kMaxThreads * vpt) {
+  const bool reg_fits = pl.chunk <= (int64_t)kMaxThreads * vpt;
+  if (tn.fwd_stream > 0 && vbytes == 16 && (tn.fwd_stream >= 2 || !reg_fits)) {
+    /* Experimental: clusters whose chunks are at most 16 vectors a thread where they can be. */
+    c = split_rows(p, nvec, (int64_t)kMaxThreads * 16, max_cluster, dev);
+    pl.mode = MODE_STREAM;
+    pl.cluster = c;
+    pl.chunk = ceil_div(nvec, c);
+    pl.threads = kMaxThreads;
+    pl.grid = min64(p->rows, kMaxGrid / c) * c;
+    return pl;
+  }
+  if (reg_fits) {
     pl.mode = MODE_REG;
     pl.vpt = vpt;
     pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));

@@ -447,6 +447,118 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
   cluster_barrier(csize);
 }
 
+/* Experimental (FNORM_TUNE_FWD_STREAM, off by default; not yet measured): rows longer than a
+ * CTA's registers, a cluster of CTAs per row (sm_90), each streaming its contiguous chunk twice:
+ * once from DRAM for the statistics, with STREAM_BATCH vectors a thread in flight, and once in
+ * reverse order (what was read last is likeliest still in L2) to write y. LayerNorm: each
+ * thread reduces batches of its values shifted by its first value, two-pass within the batch,
+ * merged by Chan's update; the threads, warps and the cluster's CTAs are then combined as in the
+ * register tiers. Meant to replace the staged kernel's load / reduce / write phases, which run
+ * in turn with one CTA an SM (64 x 802816 fp32: 38% of the copy). */
+constexpr int STREAM_BATCH = 4;
+
+template <typename T, typename P, int VEC, bool LN>
+__global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t chunk_vecs) {
+  __shared__ RingRed red;
+  int csize, crank;
+  cluster_shape(csize, crank);
+  ring_red_init(red, csize);
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)crank * chunk_vecs;
+  const int64_t count = chunk_count(nvec, chunk_vecs, crank);
+  /* This thread's vectors of the chunk: threadIdx.x + j * blockDim.x, j < nj. */
+  const int64_t nj =
+      count > (int64_t)threadIdx.x ? (count - threadIdx.x + blockDim.x - 1) / blockDim.x : 0;
+  const LnCounts counts = ln_counts((int)(nj * VEC), count * VEC);
+  const float inv_n = 1.f / (float)a.cols;
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  int round = 0, xround = 0;
+  for (int64_t row = blockIdx.x / csize; row < a.rows; row += gridDim.x / csize) {
+    const T *xr = (const T *)a.x + row * a.x_stride + v0 * VEC;
+    /* Pass 1: statistics. */
+    float shift = 0.f, mean = 0.f, m2 = 0.f, n = 0.f, ssq[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int64_t j = 0; j < nj; j += STREAM_BATCH) {
+      float v[STREAM_BATCH * VEC];
+      const int nb = (int)(nj - j < STREAM_BATCH ? nj - j : STREAM_BATCH);
+#pragma unroll
+      for (int u = 0; u < STREAM_BATCH; ++u) {
+        if (u < nb) {
+          load_stream_f32<T, VEC>(xr + (threadIdx.x + (j + u) * blockDim.x) * VEC, &v[u * VEC]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            v[u * VEC + e] = 0.f;
+        }
+      }
+      if constexpr (LN) {
+        if (j == 0)
+          shift = v[0];
+        float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int u = 0; u < STREAM_BATCH; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            p[e & 3] += u < nb ? v[u * VEC + e] - shift : 0.f;
+        const float fb = (float)(nb * VEC);
+        const float mb = ((p[0] + p[1]) + (p[2] + p[3])) / fb;
+        float q[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int u = 0; u < STREAM_BATCH; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float d = u < nb ? (v[u * VEC + e] - shift) - mb : 0.f;
+            q[e & 3] = fmaf(d, d, q[e & 3]);
+          }
+        const float m2b = (q[0] + q[1]) + (q[2] + q[3]);
+        const float n2 = n + fb, r = 1.f / n2, dm = mb - mean;
+        mean = fmaf(dm, fb * r, mean); /* Chan's update; exact at the first batch (n = 0) */
+        m2 = m2 + m2b + dm * dm * (n * fb * r);
+        n = n2;
+      } else {
+#pragma unroll
+        for (int u = 0; u < STREAM_BATCH; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            ssq[e & 3] = fmaf(v[u * VEC + e], v[u * VEC + e], ssq[e & 3]);
+      }
+    }
+    float ref = 0.f, off = 0.f, rstd, mean_out = 0.f;
+    if constexpr (LN) {
+      const ChunkStats cs = cta_ln_combine(shift, mean, m2, counts, red.warp, round);
+      const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, a.eps);
+      ref = cs.ref;
+      off = st.off;
+      rstd = st.rstd;
+      mean_out = st.mean;
+    } else {
+      float s[1] = {(ssq[0] + ssq[1]) + (ssq[2] + ssq[3])};
+      cta_sum<1>(s, red, round);
+      rstd = 1.f / sqrtf(cluster_sum(s[0], red, xround, csize) * inv_n + a.eps);
+    }
+    if (crank == 0 && threadIdx.x == 0) {
+      if (a.mean)
+        a.mean[row] = mean_out;
+      if (a.rstd)
+        a.rstd[row] = rstd;
+    }
+    /* Pass 2: y, last-read vectors first. */
+    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
+    for (int64_t j = nj - 1; j >= 0; --j) {
+      const int64_t i = threadIdx.x + j * blockDim.x;
+      float f[VEC], g[VEC], b[VEC], out[VEC];
+      load_vec<T, VEC>(xr + i * VEC, f);
+      load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
+      load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        out[e] = fmaf(((f[e] - ref) - off) * rstd, g[e], b[e]);
+      store_vec<T, VEC>(yr + i * VEC, out);
+    }
+  }
+  cluster_barrier(csize);
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
@@ -489,6 +601,13 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }
+    return FNORM_ERR_UNSUPPORTED;
+  }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_STREAM) {
+    if constexpr (VEC * sizeof(T) == 16)
+      return launch_kernel(a.layernorm ? fwd_stream_kernel<T, P, VEC, true>
+                                       : fwd_stream_kernel<T, P, VEC, false>,
+                           plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {

@@ -54,8 +54,10 @@ enum Mode {
   MODE_REG = 1,    /* in registers (VPT vectors a thread), the next row prefetched meanwhile */
   MODE_STAGED = 2, /* forward: staged in shared memory (nbuf stages) */
   MODE_GLOBAL = 3, /* forward: re-read from global memory (L2) for each pass */
-  MODE_CTA = 4     /* forward, 16-byte vectors: a CTA per row in registers (vpt vectors a
+  MODE_CTA = 4,    /* forward, 16-byte vectors: a CTA per row in registers (vpt vectors a
                       thread), not persistent; resident CTAs overlap the rows */
+  MODE_STREAM = 5  /* forward, 16-byte vectors, experimental (FNORM_TUNE_FWD_STREAM): each CTA
+                      streams its chunk twice, statistics then y */
 };
 
 struct Plan {
