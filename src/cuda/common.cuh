@@ -216,8 +216,8 @@ __device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
  * reads of shared memory), or lane r taking warp r's and a second butterfly adding them, or the
  * loop up to 8 warps and the butterfly beyond. Measured on an H200 (bench/tune/, sweeps 8-10):
  * the butterfly is fastest in every kernel but the 16-bit fwd_reg_kernel, where the mixed form
- * measured best and the butterfly alone 20-30 points slower (the compiler then schedules its
- * prefetch differently). */
+ * measured best and the butterfly alone 20-30 points slower (why was not profiled; the same
+ * code change moved that kernel's instruction schedule and register count). */
 enum WarpSum { WARPS_LOOP = 0, WARPS_LANES = 1, WARPS_MIXED = 2 };
 
 /* Sum of K values over the CTA through one slot of per-warp scratch (KW >= K floats a warp);
