@@ -1,23 +1,32 @@
 /*
  * Forward kernels: LayerNorm and RMSNorm, one pass over x (read once, y written once).
  *
- *  fwd_warp_kernel  rows of up to 256 vectors: GROUP lanes per row (several rows per warp for
- *                   short rows), VPT vectors per lane held in registers.
- *  fwd_reg_kernel   rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16 CTAs
- *                   (sm_90), per row, the row in registers and the next row's loads in flight.
- *  fwd_row_kernel   longer rows: a CTA, or a cluster of CTAs that share the row through
- *                   distributed shared memory (sm_90), each CTA owning one contiguous chunk.
- *                   STAGED copies the chunk into shared memory with cp.async (many bytes in
- *                   flight, no register cost) and computes from there; otherwise the chunk is
- *                   re-read from global memory for each pass (L2 usually still holds it).
+ *  fwd_warp_kernel    rows of up to 256 vectors: GROUP lanes per row (several rows per warp for
+ *                     short rows), VPT vectors per lane held in registers.
+ *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
+ *                     there are at least two rows an SM: a CTA per row, not persistent.
+ *  fwd_reg_kernel     other rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16
+ *                     CTAs (sm_90), per row, persistent, the row in registers and the next
+ *                     row's loads in flight.
+ *  fwd_row_kernel     longer rows: a CTA, or a cluster of CTAs that share the row through
+ *                     distributed shared memory (sm_90), each CTA owning one contiguous chunk.
+ *                     STAGED copies the chunk into shared memory with cp.async (many bytes in
+ *                     flight, no register cost) and computes from there; otherwise the chunk is
+ *                     re-read from global memory for each pass (L2 usually still holds it).
+ *  fwd_stream_kernel  experimental, off by default (FNORM_TUNE_FWD_STREAM): longer rows, each
+ *                     CTA streaming its chunk once for the statistics and once for y.
  *
- * Statistics (see ln_stats, ln_cluster_stats): LayerNorm reduces sum(x), then sum(x - m1) and
- * sum((x - m1)^2); across a cluster, each CTA does so for its chunk and one exchange combines
- * the chunks (Chan's update). RMSNorm reduces sum(x^2). All in fp32, in fixed orders.
+ * Statistics, all in fp32 and in fixed orders. LayerNorm in the register tiers: each thread
+ * centres its values on their own mean and the lanes, warps and a cluster's CTAs are combined
+ * by Chan's update (cta_ln_stats, ln_cluster_stats); fwd_reg_kernel reduces the CTA's sum, then
+ * the sums centred on the CTA's mean, and combines a cluster's CTAs the same way;
+ * fwd_warp_kernel and fwd_row_kernel reduce sum(x), then sum(x - m1) and sum((x - m1)^2)
+ * (ln_stats). RMSNorm reduces sum(x^2).
  *
  * Tried and dropped (bench/tune/): a bulk-copy ring like the backward's (slower than the
- * register kernel at every N on an H200), 16 instead of 32 elements a thread, and L2 bulk
- * prefetches rows ahead (no gain; the disabled code alone cost the warp tier 10 points).
+ * register kernel at every N on an H200), 16 instead of 32 elements a thread, L2 bulk
+ * prefetches rows ahead (no gain; the disabled code alone cost the warp tier 10 points), and
+ * clusters of fwd_cta_kernel for longer rows (slower than fwd_reg_kernel).
  */
 #include "kernels.cuh"
 
