@@ -297,6 +297,11 @@ void tcase_apply_layout(tcase *c, int v, int wide_aligned) {
   }
 }
 
+int64_t tcase_rows_for(int64_t n, int64_t budget, int64_t max_rows) {
+  int64_t m = budget / n;
+  return m < 1 ? 1 : (m > max_rows ? max_rows : m);
+}
+
 tcase tcase_default(fnorm_norm norm, fnorm_dtype dtype, fnorm_dtype param_dtype, int64_t rows,
                     int64_t cols) {
   tcase c;

@@ -64,6 +64,8 @@ typedef struct tcase {
  * backwards with every output. */
 tcase tcase_default(fnorm_norm norm, fnorm_dtype dtype, fnorm_dtype param_dtype, int64_t rows,
                     int64_t cols);
+/* Rows for a case of row length n: budget / n elements' worth, clamped to [1, max_rows]. */
+int64_t tcase_rows_for(int64_t n, int64_t budget, int64_t max_rows);
 /* Appends a description of the case (for case names). */
 void tcase_describe(const tcase *c, char *out, size_t out_size);
 

@@ -95,11 +95,6 @@ static const int64_t sizes_full[] = {1,   2,   3,    5,    7,    31,   97,   127
                                      128, 129, 1000, 1023, 1024, 1031, 4096, 65536};
 static const int64_t sizes_quick[] = {1, 3, 7, 31, 128, 129, 1031, 4096};
 
-static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
-  int64_t m = budget / n;
-  return m < 1 ? 1 : (m > max_rows ? max_rows : m);
-}
-
 static void test_sizes(void) {
   const int64_t *sizes = g_opt.quick ? sizes_quick : sizes_full;
   int n_sizes = g_opt.quick ? (int)(sizeof sizes_quick / sizeof sizes_quick[0])
@@ -111,7 +106,7 @@ static void test_sizes(void) {
       for (k = 0; k < N_COMBOS; k++) {
         int64_t n = sizes[s];
         tcase c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype,
-                                rows_for(n, g_opt.quick ? 1 << 14 : 1 << 17, 64), n);
+                                tcase_rows_for(n, g_opt.quick ? 1 << 14 : 1 << 17, 64), n);
         cpu_case("cpu", &c);
       }
   /* One row of 2^20 + 3: the long-row path and a reduction over a million elements. */

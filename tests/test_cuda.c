@@ -132,13 +132,11 @@ enum { CTA_TIER_ROWS = 320 };
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
  * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */
 static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
-  int64_t m;
   if (g_opt.quick) {
     budget = budget < (1 << 13) ? budget : (1 << 13);
     max_rows = max_rows < 16 ? max_rows : 16;
   }
-  m = budget / n;
-  return m < 1 ? 1 : (m > max_rows ? max_rows : m);
+  return tcase_rows_for(n, budget, max_rows);
 }
 
 static void cuda_sizes(void) {
