@@ -36,34 +36,26 @@ except ImportError:
 else:
     _HAVE_TORCH = True
 
+# The names that need PyTorch: exported with it, a clear AttributeError without it.
+_TORCH_NAMES = (
+    "layer_norm",
+    "rms_norm",
+    "norm_forward",
+    "norm_backward",
+    "LayerNorm",
+    "RMSNorm",
+    "HFStyleRMSNorm",
+    "replace_norms",
+)
+
 if _HAVE_TORCH:
     from .modules import HFStyleRMSNorm, LayerNorm, RMSNorm, replace_norms
     from .ops import layer_norm, norm_backward, norm_forward, rms_norm
 
-    __all__ += [
-        "layer_norm",
-        "rms_norm",
-        "norm_forward",
-        "norm_backward",
-        "LayerNorm",
-        "RMSNorm",
-        "HFStyleRMSNorm",
-        "replace_norms",
-    ]
+    __all__ += list(_TORCH_NAMES)
 
 
 def __getattr__(name):
-    if name in (
-        "layer_norm",
-        "rms_norm",
-        "norm_forward",
-        "norm_backward",
-        "LayerNorm",
-        "RMSNorm",
-        "HFStyleRMSNorm",
-        "replace_norms",
-        "ops",
-        "modules",
-    ):
+    if name in _TORCH_NAMES or name in ("ops", "modules"):
         raise AttributeError(f"fusednorm.{name} needs PyTorch, which is not installed")
     raise AttributeError(f"module 'fusednorm' has no attribute {name!r}")
