@@ -92,8 +92,9 @@ struct Tuning {
   int min_rows;   /* rows a persistent CTA (or cluster) gets at least, when M is small */
   int fwd_cta;    /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;    /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
-  int fwd_stream; /* forward, experimental: 1 for rows past the register kernel's, 2 also for
-                     its cluster rows, 0 never (MODE_STREAM) */
+  int fwd_stream; /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
+                     kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
+                     never */
 };
 
 #ifdef FNORM_TUNING
@@ -104,7 +105,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 16, 1, 32, 0};
+  Tuning t = {1, 4, 512, 512, 16, 1, 32, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -217,8 +218,15 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   int c = split_rows(p, nvec, (int64_t)kMaxThreads * vpt, max_cluster, dev);
   pl.chunk = ceil_div(nvec, c);
   const bool reg_fits = pl.chunk <= (int64_t)kMaxThreads * vpt;
-  if (tn.fwd_stream > 0 && vbytes == 16 && (tn.fwd_stream >= 2 || !reg_fits)) {
-    /* Experimental: clusters whose chunks are at most 16 vectors a thread where they can be. */
+  /* Rows past the register kernel's: read once for the statistics, re-read (mostly from L2)
+   * for y. Sweep 11 (H200): fp32 N = 802816 went from 1628 to 2034 GB/s (LayerNorm) and from
+   * 1950 to 2181 (RMSNorm); bf16 RMSNorm fell from 1815 to 1112, so 16-bit rows keep the
+   * staged kernel below; the register kernel's cluster rows were slower this way. */
+  const bool stream =
+      tn.fwd_stream >= 3 ||
+      (!reg_fits && (tn.fwd_stream == 2 || (tn.fwd_stream == 1 && dtype_bytes(p->dtype) == 4)));
+  if (vbytes == 16 && stream) {
+    /* Clusters whose chunks are at most 16 vectors a thread where they can be. */
     c = split_rows(p, nvec, (int64_t)kMaxThreads * 16, max_cluster, dev);
     pl.mode = MODE_STREAM;
     pl.cluster = c;

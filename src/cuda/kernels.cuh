@@ -56,8 +56,8 @@ enum Mode {
   MODE_GLOBAL = 3, /* forward: re-read from global memory (L2) for each pass */
   MODE_CTA = 4,    /* forward, 16-byte vectors: a CTA per row in registers (vpt vectors a
                       thread), not persistent; resident CTAs overlap the rows */
-  MODE_STREAM = 5  /* forward, 16-byte vectors, experimental (FNORM_TUNE_FWD_STREAM): each CTA
-                      streams its chunk twice, statistics then y */
+  MODE_STREAM = 5  /* forward, 16-byte fp32 rows past the register kernel's: each CTA streams
+                      its chunk twice, statistics then y */
 };
 
 struct Plan {
