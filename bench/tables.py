@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Markdown tables for bench/RESULTS.md from fnbench and compare.py CSV files.
+
+    python3 bench/tables.py fnbench RUN.csv          # forward and backward grids
+    python3 bench/tables.py graph RUN.csv            # the graph preset's rows
+    python3 bench/tables.py peers F.csv[:F] J.csv:J  # side by side, later files win per cell
+
+For `peers`, each file may carry a label after a colon; a cell's label is printed in a `run`
+column, so that a table merged from several runs says where each row comes from. The summary
+lines after each peer table count the cells where fusednorm is faster than the better of torch
+eager and torch.compile, and at least 1.15x faster.
+"""
+import csv
+import sys
+
+OPS = {"ln": "LayerNorm", "rms": "RMSNorm"}
+DTYPES = ["bf16", "fp16", "fp32"]
+
+
+def grid_key(m, n):
+    """Rows of the grid: M*N = 2^27 by N first, then the extra shapes in a fixed order."""
+    main = m * n == 1 << 27
+    return (0 if main else 1, n if main else {384: 0, 768: 1, 5120: 2}.get(n, 3), m)
+
+
+def fnbench_tables(path):
+    rows = list(csv.DictReader(open(path)))
+    cells = {}
+    for r in rows:
+        cells[(r["op"], r["dtype"], int(r["M"]), int(r["N"]))] = r
+    shapes = sorted({(k[2], k[3]) for k in cells}, key=lambda s: grid_key(*s))
+    out = []
+    for direction in ("fwd", "bwd"):
+        cols = [(f"{op}-{direction}", dt) for op in ("ln", "rms") for dt in DTYPES]
+        out.append("| M x N | " + " | ".join(f"{op} {dt}" for op, dt in cols) + " |")
+        out.append("|---" * (len(cols) + 1) + "|")
+        for m, n in shapes:
+            line = []
+            for op, dt in cols:
+                r = cells.get((op, dt, m, n))
+                line.append(
+                    f"{float(r['GBps']):.0f} ({100 * float(r['fraction_of_copy']):.0f}%)" if r else ""
+                )
+            out.append(f"| {m} x {n} | " + " | ".join(line) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def graph_table(path):
+    out = [
+        "| op | dtype | M | N | time (us) | GB/s | copy GB/s | % of copy |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in csv.DictReader(open(path)):
+        out.append(
+            f"| {r['op']} | {r['dtype']} | {r['M']} | {r['N']} | {float(r['median_us']):.2f} | "
+            f"{float(r['GBps']):.0f} | {float(r['copy_GBps']):.0f} | "
+            f"{100 * float(r['fraction_of_copy']):.1f}% |"
+        )
+    return "\n".join(out)
+
+
+def peer_tables(specs):
+    cells = {}  # (op, dir, dtype, M, N) -> {library: row}, plus "_run"
+    for spec in specs:
+        path, _, label = spec.partition(":")
+        for r in csv.DictReader(open(path)):
+            key = (r["op"], r["direction"], r["dtype"], int(r["M"]), int(r["N"]))
+            if r["library"] == "fusednorm":
+                cells[key] = {"_run": label}  # a later run replaces the whole cell
+            cells.setdefault(key, {"_run": label})[r["library"]] = r
+    libs = ["torch", "compile", "liger"]
+    titles = {"torch": "torch eager", "compile": "torch.compile", "liger": "Liger"}
+    out = []
+    for direction in ("fwd", "bwd"):
+        keys = sorted(
+            (k for k in cells if k[1] == direction),
+            key=lambda k: (k[0], DTYPES.index(k[2]), grid_key(k[3], k[4])),
+        )
+        out.append(
+            "| op | dtype | M x N | run | fusednorm GB/s (% of copy) | "
+            + " | ".join(titles[x] for x in libs)
+            + " | copy GB/s | fusednorm / best of eager and compile |"
+        )
+        out.append("|---" * (len(libs) + 7) + "|")
+        faster = fast115 = total = 0
+        for k in keys:
+            c = cells[k]
+            ours = c.get("fusednorm")
+            if not ours or ours["status"] != "ok":
+                continue
+
+            def gbps(lib):
+                r = c.get(lib)
+                if r is None:
+                    return None, "n/a"
+                if r["status"] != "ok":
+                    return None, r["status"].split(":")[0]
+                return float(r["gbps"]), f"{float(r['gbps']):.0f}"
+
+            g = float(ours["gbps"])
+            copy = float(ours["copy_gbps"])
+            peers = [gbps(x) for x in libs]
+            best = max([p[0] for p, x in zip(peers, libs) if x in ("torch", "compile") and p[0]] or [0])
+            ratio = g / best if best else float("nan")
+            total += 1
+            faster += ratio > 1
+            fast115 += ratio >= 1.15
+            out.append(
+                f"| {OPS[k[0]]} | {k[2]} | {k[3]} x {k[4]} | {c['_run']} | {g:.0f} ({100 * g / copy:.0f}%) | "
+                + " | ".join(p[1] for p in peers)
+                + f" | {copy:.0f} | {ratio:.2f}x |"
+            )
+        out.append("")
+        out.append(
+            f"{direction}: faster than the better of eager and compile in {faster} of {total} "
+            f"cells, at least 1.15x in {fast115}."
+        )
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] not in ("fnbench", "graph", "peers"):
+        sys.exit(__doc__)
+    if argv[0] == "fnbench":
+        print(fnbench_tables(argv[1]))
+    elif argv[0] == "graph":
+        print(graph_table(argv[1]))
+    else:
+        print(peer_tables(argv[1:]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
