@@ -10,6 +10,7 @@ column, so that a table merged from several runs says where each row comes from.
 lines after each peer table count the cells where fusednorm is faster than the better of torch
 eager and torch.compile, and at least 1.15x faster.
 """
+
 import csv
 import sys
 
@@ -39,7 +40,9 @@ def fnbench_tables(path):
             for op, dt in cols:
                 r = cells.get((op, dt, m, n))
                 line.append(
-                    f"{float(r['GBps']):.0f} ({100 * float(r['fraction_of_copy']):.0f}%)" if r else ""
+                    f"{float(r['GBps']):.0f} ({100 * float(r['fraction_of_copy']):.0f}%)"
+                    if r
+                    else ""
                 )
             out.append(f"| {m} x {n} | " + " | ".join(line) + " |")
         out.append("")
@@ -101,7 +104,9 @@ def peer_tables(specs):
             g = float(ours["gbps"])
             copy = float(ours["copy_gbps"])
             peers = [gbps(x) for x in libs]
-            best = max([p[0] for p, x in zip(peers, libs) if x in ("torch", "compile") and p[0]] or [0])
+            best = max(
+                [p[0] for p, x in zip(peers, libs) if x in ("torch", "compile") and p[0]] or [0]
+            )
             ratio = g / best if best else float("nan")
             total += 1
             faster += ratio > 1
