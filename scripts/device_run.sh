@@ -31,13 +31,13 @@ for step in $steps; do
   sanitize)
     # memcheck over the --quick CUDA cases; racecheck (slow) over those of a few row lengths
     # (comma list of test-name substrings: 1024 warp/ring tiers, 4096 one CTA a row, 16384 a
-    # cluster a row).
+    # cluster a row, 802816 the streaming (fp32) and staged (bf16) forward).
     note "compute-sanitizer memcheck --filter ${SAN_FILTER:-cuda}"
     timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BUILD/tests/fnorm_tests" --quick --filter "${SAN_FILTER:-cuda}" >"$OUT/sanitize_memcheck.log" 2>&1
     note "memcheck rc=$?"
     tail -3 "$OUT/sanitize_memcheck.log"
-    IFS=, read -ra race_filters <<<"${RACE_FILTER:-N=1024 M,N=4096 M,N=16384 M}"
+    IFS=, read -ra race_filters <<<"${RACE_FILTER:-N=1024 M,N=4096 M,N=16384 M,N=802816 M}"
     for filter in "${race_filters[@]}"; do
       note "compute-sanitizer racecheck --filter '$filter'"
       timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool racecheck --error-exitcode 9 \

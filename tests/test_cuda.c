@@ -128,9 +128,10 @@ static const int64_t sizes_full[] = {
     8193,  12289,  16383,  16384,  16385,  24577,       32767, 32768, 32769, 65535, 65536,
     65537, 131071, 262144, 262147, 802816, 1048576 + 7, 32776};
 /* Odd lengths take the one-element paths, multiples of 8 the 16-byte vector paths (and on
- * sm_90 the bulk-copy ring tier, a cluster per row from 16384 on). */
-static const int64_t sizes_quick[] = {1,    7,    33,    128,   257,   1024,   1025,
-                                      4096, 4097, 16384, 16385, 65537, 262144, 262147};
+ * sm_90 the bulk-copy ring tier, a cluster per row from 16384 on); 802816 fp32 the streaming
+ * forward, bf16 the staged one. */
+static const int64_t sizes_quick[] = {1,    7,     33,    128,   257,    1024,   1025,  4096,
+                                      4097, 16384, 16385, 65537, 262144, 262147, 802816};
 
 /* Rows enough for the forward's CTA-per-row tier, which the dispatch takes only with at least
  * two rows per SM (vector rows of up to 32768 elements): 2 x 160 SMs, more than any supported
