@@ -354,15 +354,9 @@ __global__ void __launch_bounds__(512, 1)
  * of its CTA's chunk: it copies them into registers once the stage lands (the stage is then
  * refilled at once), keeps gamma and its dgamma/dbeta accumulators in registers across all
  * rows, and needs one reduction a row (one exchange across the cluster). At the end each CTA
- * writes its chunk of the cluster's partial row.
- * REREAD (experimental, tuning builds: FNORM_TUNE_BWD_REREAD=1): dy and x are not held in
- * registers across the row's reduction but read again from the stage for dx, which is then
- * refilled one row later (after the next row's reduction barrier, when every thread is past
- * it): nstages - 1 rows in flight instead of nstages, for about 32 fewer registers a thread
- * (16-bit), so that more CTAs fit an SM (Nsight Compute: 120 registers, 25% occupancy,
- * latency-bound). dx, dgamma and dbeta are bitwise the same either way. */
-template <typename T, typename P, int VEC, int VPT, bool REREAD>
-__global__ void __launch_bounds__(REREAD ? kRingRereadThreads : 512, REREAD ? 3 : 1)
+ * writes its chunk of the cluster's partial row. */
+template <typename T, typename P, int VEC, int VPT>
+__global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int EPT = VEC * VPT;
@@ -405,15 +399,12 @@ __global__ void __launch_bounds__(REREAD ? kRingRereadThreads : 512, REREAD ? 3 
   const P *beta = a.from_y ? (const P *)a.beta : nullptr;
   const float inv_n = 1.f / (float)a.cols;
   bool mine[VPT];
-  /* gamma in registers for all rows (REREAD: loaded again with each vector, from L1). */
-  float gm[REREAD ? 1 : EPT], acc_g[EPT], acc_b[EPT];
+  float gm[EPT], acc_g[EPT], acc_b[EPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     mine[k] = i < count;
-    if constexpr (REREAD) {
-      gm[0] = 0.f;
-    } else if (mine[k]) {
+    if (mine[k]) {
       load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, &gm[k * VEC]);
     } else {
 #pragma unroll
@@ -437,40 +428,28 @@ __global__ void __launch_bounds__(REREAD ? kRingRereadThreads : 512, REREAD ? 3 
     if (count > 0)
       mbar_wait(&full[s], phase);
     const V *sdy = ring + 2 * s * chunk_vecs, *sxy = sdy + chunk_vecs;
-    /* dy and xhat of this thread's vectors, from the stage (REREAD: for each pass). */
-    auto elems = [&](int k, float *d, float *xh, float *g) {
-      const int i = threadIdx.x + k * blockDim.x;
-      const V pd = sdy[i], px = sxy[i];
-      float xv[VEC], bt[VEC], gk[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        d[e] = to_f32(pd.v[e]);
-        xv[e] = to_f32(px.v[e]);
-      }
-      if constexpr (REREAD)
-        load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, gk);
-      load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
-      bwd_elems<VEC>(d, xv, REREAD ? gk : &gm[k * VEC], bt, mu, rs, a.from_y, xh, g);
-    };
-    constexpr int HELD = REREAD ? 1 : EPT; /* elements kept in registers between the passes */
-    float d[HELD], xh[HELD];
+    float d[EPT], xh[EPT];
     /* Four partial sums each: short dependency chains without holding g for the whole row. */
     float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (mine[k]) {
-        float g[VEC], dk[VEC], xk[VEC];
-        elems(k, dk, xk, g);
+        const int i = threadIdx.x + k * blockDim.x;
+        const V pd = sdy[i], px = sxy[i];
+        float xv[VEC], bt[VEC], g[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          d[k * VEC + e] = to_f32(pd.v[e]);
+          xv[e] = to_f32(px.v[e]);
+        }
+        load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
+        bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           p0[e & 3] += g[e];
-          p1[e & 3] = fmaf(g[e], xk[e], p1[e & 3]);
-          if constexpr (!REREAD) {
-            d[k * VEC + e] = dk[e];
-            xh[k * VEC + e] = xk[e];
-          }
+          p1[e & 3] = fmaf(g[e], xh[k * VEC + e], p1[e & 3]);
         }
-      } else if constexpr (!REREAD) {
+      } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           d[k * VEC + e] = xh[k * VEC + e] = 0.f;
@@ -480,20 +459,11 @@ __global__ void __launch_bounds__(REREAD ? kRingRereadThreads : 512, REREAD ? 3 
     if (!a.layernorm)
       sums[0] = 0.f;
     cta_sum<2>(sums, red, round);
-    /* Refill the stage just read (REREAD: the previous row's, read again after its barrier). */
     if (threadIdx.x == 0 && count > 0) {
-      if constexpr (REREAD) {
-        const int64_t next = row + (int64_t)(nstages - 1) * nclusters;
-        if (row >= cluster_id + nclusters && next < a.rows) {
-          fence_proxy_async();
-          issue(s == 0 ? nstages - 1 : s - 1, next);
-        }
-      } else {
-        const int64_t next = row + (int64_t)nstages * nclusters;
-        if (next < a.rows) {
-          fence_proxy_async();
-          issue(s, next);
-        }
+      const int64_t next = row + (int64_t)nstages * nclusters;
+      if (next < a.rows) {
+        fence_proxy_async();
+        issue(s, next);
       }
     }
     if (++s == nstages) {
@@ -515,23 +485,13 @@ __global__ void __launch_bounds__(REREAD ? kRingRereadThreads : 512, REREAD ? 3 
       if (!mine[k])
         continue;
       const int i = threadIdx.x + k * blockDim.x;
-      float out[VEC], dk[VEC], xk[VEC], g[VEC];
-      if constexpr (REREAD) {
-        elems(k, dk, xk, g);
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          dk[e] = d[k * VEC + e];
-          xk[e] = xh[k * VEC + e];
-        }
-      }
-      (void)g;
+      float out[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const int j = k * VEC + e;
-        out[e] = rs * ((REREAD ? g[e] : dk[e] * gm[j]) - (sums[0] + xk[e] * sums[1]) * inv_n);
-        acc_g[j] += dk[e] * xk[e];
-        acc_b[j] += dk[e];
+        out[e] = rs * (d[j] * gm[j] - (sums[0] + xh[j] * sums[1]) * inv_n);
+        acc_g[j] += d[j] * xh[j];
+        acc_b[j] += d[j];
       }
       if (dxr)
         store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
@@ -684,11 +644,7 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                                         cudaStream_t stream) {
   if (plan.tier == TIER_RING) {
     if constexpr (VEC * sizeof(T) == 16) {
-      void (*k)(BwdParams, int64_t, int) = bwd_ring_kernel<T, P, VEC, kRingVpt, false>;
-#ifdef FNORM_TUNING
-      if (plan.reread)
-        k = bwd_ring_kernel<T, P, VEC, kRingVpt, true>;
-#endif
+      void (*k)(BwdParams, int64_t, int) = bwd_ring_kernel<T, P, VEC, kRingVpt>;
       if (plan.vpt != kRingVpt)
         return FNORM_ERR_UNSUPPORTED;
       /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */

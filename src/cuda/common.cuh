@@ -475,29 +475,17 @@ __device__ __forceinline__ LnCounts ln_counts(int values_thread, int64_t values_
  * (n.nt of them) have mean base + rel and sum of squared deviations m2t (base a value near
  * them, rel a small offset, so that differences of nearby bases stay exact). The warp is
  * combined relative to lane 0's base, then the warps relative to warp 0's, in warp order. */
-template <bool FUSED = false>
 __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, float m2t,
                                                      const LnCounts &n, float (&warp)[2][32][4],
                                                      int &round) {
   const float mw = __shfl_sync(0xffffffffu, base, 0);
   const float d = (base - mw) + rel;
-  float cw, w[1];
-  if constexpr (FUSED) {
-    /* One butterfly of two sums (about the reference) instead of two in turn; the sum of
-     * squares then loses to cancellation at most what n (mean - reference)^2 adds to it,
-     * bounded since the reference is a member's mean (experimental: FNORM_TUNE_FWD_LN_FUSED). */
-    float a[2] = {n.nt * d, fmaf(n.nt * d, d, m2t)};
-    group_sum<32, 2>(a);
-    cw = a[0] * n.inv_nw;
-    w[0] = a[1] - a[0] * cw;
-  } else {
-    float a[1] = {n.nt * d};
-    group_sum<32, 1>(a);
-    cw = a[0] * n.inv_nw;
-    const float e = d - cw;
-    w[0] = fmaf(n.nt * e, e, m2t);
-    group_sum<32, 1>(w);
-  }
+  float a[1] = {n.nt * d};
+  group_sum<32, 1>(a);
+  const float cw = a[0] * n.inv_nw;
+  const float e = d - cw;
+  float w[1] = {fmaf(n.nt * e, e, m2t)};
+  group_sum<32, 1>(w);
   const int slot = round & 1, lane = threadIdx.x & 31;
   ++round;
   if (lane == 0)
@@ -512,23 +500,16 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
     dr = (q.x - ref) + q.y;
     m2r = q.z;
   }
+  float sc[1] = {fn * dr};
+  group_sum<32, 1>(sc);
   ChunkStats st;
   st.ref = ref;
   st.n = n.ncta;
-  if constexpr (FUSED) {
-    float sc[2] = {fn * dr, fmaf(fn * dr, dr, m2r)};
-    group_sum<32, 2>(sc);
-    st.c = sc[0] * n.inv_ncta;
-    st.m2 = sc[1] - sc[0] * st.c;
-  } else {
-    float sc[1] = {fn * dr};
-    group_sum<32, 1>(sc);
-    st.c = sc[0] * n.inv_ncta;
-    const float er = dr - st.c;
-    float m2[1] = {fmaf(fn * er, er, m2r)};
-    group_sum<32, 1>(m2);
-    st.m2 = m2[0];
-  }
+  st.c = sc[0] * n.inv_ncta;
+  const float er = dr - st.c;
+  float m2[1] = {fmaf(fn * er, er, m2r)};
+  group_sum<32, 1>(m2);
+  st.m2 = m2[0];
   return st;
 }
 
@@ -540,7 +521,7 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
  * value e of the thread's vector k (VPT vectors of VEC), zero where mine[k] is false; n holds
  * the counts (ln_counts). Returns the CTA's ChunkStats; every thread gets the same bits. Every
  * thread of the CTA calls it; `round` alternates the slot of `warp`. */
-template <int VPT, int VEC, bool FUSED = false, typename X>
+template <int VPT, int VEC, typename X>
 __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&mine)[VPT],
                                                    const LnCounts &n, float (&warp)[2][32][4],
                                                    int &round) {
@@ -563,7 +544,7 @@ __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&m
   const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
   const float rel = s1 * n.inv_nt; /* the thread's mean is mt + rel */
   const float m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
-  return cta_ln_combine<FUSED>(mt, rel, m2t, n, warp, round);
+  return cta_ln_combine(mt, rel, m2t, n, warp, round);
 }
 
 /* LayerNorm statistics of a row split over the csize CTAs of a cluster (csize may be 1), in one

@@ -85,20 +85,16 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
  * build) reads overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can
  * sweep them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int ring;         /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int stages;       /* stages of the ring, at most */
-  int threads;      /* threads a CTA, at most */
-  int cap;          /* vectors a CTA, preferably at most (a cluster beyond) */
-  int min_rows;     /* rows a persistent CTA (or cluster) gets at least, when M is small */
-  int fwd_cta;      /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
-  int fwd_ept;      /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
-  int bwd_reread;   /* backward ring: 1 to read dy and x again from the stage for dx, 0 to hold
-                       them in registers across the row's reduction (bwd_ring_kernel's REREAD) */
-  int fwd_ln_fused; /* forward CTA-per-row kernel, 32 elements a thread: 1 to combine the
-                       LayerNorm statistics in one butterfly a level (experimental) */
-  int fwd_stream;   /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
-                       kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
-                       never */
+  int ring;       /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;     /* stages of the ring, at most */
+  int threads;    /* threads a CTA, at most */
+  int cap;        /* vectors a CTA, preferably at most (a cluster beyond) */
+  int min_rows;   /* rows a persistent CTA (or cluster) gets at least, when M is small */
+  int fwd_cta;    /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
+  int fwd_ept;    /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
+  int fwd_stream; /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
+                     kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
+                     never */
 };
 
 #ifdef FNORM_TUNING
@@ -109,7 +105,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 16, 1, 32, 0, 0, 1};
+  Tuning t = {1, 4, 512, 512, 16, 1, 32, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -118,8 +114,6 @@ Tuning tuning() {
   t.min_rows = tune_knob("FNORM_TUNE_BWD_MIN_ROWS", t.min_rows);
   t.fwd_cta = tune_knob("FNORM_TUNE_FWD_CTA", t.fwd_cta);
   t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
-  t.bwd_reread = tune_knob("FNORM_TUNE_BWD_REREAD", t.bwd_reread);
-  t.fwd_ln_fused = tune_knob("FNORM_TUNE_FWD_LN_FUSED", t.fwd_ln_fused);
   t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
 #endif
   return t;
@@ -214,7 +208,6 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (ceil_div(nvec, vpt) <= 1024) {
       pl.mode = MODE_CTA;
       pl.vpt = vpt;
-      pl.ln_fused = tn.fwd_ln_fused > 0;
       pl.cluster = 1;
       pl.threads = (int)round_up(ceil_div(nvec, vpt), 32);
       pl.grid = min64(p->rows, kMaxGrid);
@@ -306,17 +299,13 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const Tuning tn = tuning();
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (nvec > 32 * vpt || (tn.ring >= 2 && nvec >= 32)) &&
-      plan_ring(pl, p, nvec, 2, tn.stages,
-                tn.bwd_reread > 0 ? min64(tn.threads, kRingRereadThreads) : tn.threads, tn.cap,
-                dev)) {
+      plan_ring(pl, p, nvec, 2, tn.stages, tn.threads, tn.cap, dev)) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
                                           (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 2048)));
     pl.nparts = max64(
         1, min64(ceil_div(p->rows, max64(1, tn.min_rows)), per_sm * dev.sm_count / pl.cluster));
-    /* Rereading holds each stage a row longer: it needs two stages at least. */
-    pl.reread = tn.bwd_reread > 0 && pl.nbuf >= 2;
   } else if (nvec <= 32 * vpt) {
     pl = Plan{};
     pl.vec = vec;

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
  * norm a template parameter. Measured on an H200 (bench/tune/, sweeps 8 and 9): faster than
  * fwd_reg_kernel at every such row length, which Nsight Compute showed latency-bound at 25%
  * occupancy; splitting longer rows over a cluster of these CTAs was slower than fwd_reg. */
-template <typename T, typename P, int VEC, int VPT, bool LN, bool LN_FUSED = false>
+template <typename T, typename P, int VEC, int VPT, bool LN>
 __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
   __shared__ __align__(16) float warp[2][32][4];
   const int64_t nvec = a.cols / VEC;
@@ -294,8 +294,8 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
     }
     float ref = 0.f, c = 0.f, rstd;
     if constexpr (LN) {
-      const ChunkStats cs = cta_ln_stats<VPT, VEC, LN_FUSED>(
-          [&](int k, int e) { return v[k * VEC + e]; }, mine, counts, warp, round);
+      const ChunkStats cs = cta_ln_stats<VPT, VEC>([&](int k, int e) { return v[k * VEC + e]; },
+                                                   mine, counts, warp, round);
       float var = cs.m2 * inv_n;
       var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
       ref = cs.ref;
@@ -609,11 +609,6 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         k = ln ? fwd_cta_kernel<T, P, VEC, 2 * V1, true> : fwd_cta_kernel<T, P, VEC, 2 * V1, false>;
       else if (plan.vpt == 4 * V1)
         k = ln ? fwd_cta_kernel<T, P, VEC, 4 * V1, true> : fwd_cta_kernel<T, P, VEC, 4 * V1, false>;
-#ifdef FNORM_TUNING
-      /* Experimental: the LayerNorm statistics' combination in one butterfly a level. */
-      if (ln && plan.ln_fused && plan.vpt == 4 * V1)
-        k = fwd_cta_kernel<T, P, VEC, 4 * V1, true, true>;
-#endif
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }

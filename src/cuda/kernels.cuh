@@ -70,8 +70,6 @@ struct Plan {
                        cluster * cluster_rows CTAs) */
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
-  int reread;       /* TIER_RING, tuning builds: dy and x read again from the stage for dx */
-  int ln_fused;     /* MODE_CTA, tuning builds: LayerNorm statistics combined in one butterfly */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
@@ -97,8 +95,6 @@ constexpr int bwd_reg_vpt(int vec) {
  * measured best on an H200 (bench/tune/), against one (too little work a row for its barrier)
  * and four (16-bit accumulators spill). */
 constexpr int kRingVpt = 2;
-/* Threads a CTA of the ring kernel's REREAD form at most: 3 CTAs an SM at <= 80 registers. */
-constexpr int kRingRereadThreads = 256;
 /* Vectors a thread in the forward MODE_CTA kernel: kCtaMinVpt (8 elements), twice or four
  * times that. */
 template <typename T> constexpr int kCtaMinVpt = 8 * (int)sizeof(T) / 16;
