@@ -14,9 +14,9 @@ while read -r label regex rest; do
   # shellcheck disable=SC2086
   timeout 120 ncu --clock-control none -k "regex:$regex" --launch-skip 11 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-    --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section LaunchStats --section WarpStateStats --section SchedulerStats --section InstructionStats \
     "$BUILD/bench/fnbench" --quiet --iters 20 $rest >"$OUT/ncu-$label.txt" 2>&1 ||
     echo "   rc=$?"
-  grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occ|Registers Per|Block Limit|Issued Warp|No Eligible|Stall" \
+  grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occ|Registers Per|Block Limit|Issued Warp|No Eligible|Executed Instructions|Stall" \
     "$OUT/ncu-$label.txt" | head -20
 done <"${1:-/dev/stdin}"

@@ -13,7 +13,8 @@
  * order: no atomics anywhere, so the results are bitwise reproducible.
  *
  *  bwd_warp_kernel   rows of up to 32 * VPT vectors, GROUP lanes per row, accumulators in
- *                    registers (one partial per CTA).
+ *                    registers (one partial per CTA); 16-byte rows arrive through a two-stage
+ *                    cp.async ring in shared memory, a row ahead.
  *  bwd_ring_kernel   sm_90, 16-byte vectors, longer rows up to 16 * 1024 vectors (131072
  *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
  *                    streamed through a ring of shared-memory stages by bulk copies, the
@@ -78,15 +79,24 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
     }
 }
 
+/* With 16-byte vectors each lane copies its own vectors of the next row into shared memory
+ * with cp.async while it works on this one (STAGED), so a warp has two rows' loads in flight at
+ * no register cost; a lane reads back only what it copied itself, so no barrier is needed. */
 template <typename T, typename P, int VEC, int GROUP, int VPT>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int ROWS_PER_WARP = 32 / GROUP;
-  __shared__ float red[256 * EPT]; /* blockDim.x <= 256 lanes, EPT columns each */
+  constexpr bool STAGED = VEC * sizeof(T) == 16;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  /* STAGED: stage s, array r (0 dy, 1 x or y), vector k of thread t at
+   * ((s * 2 + r) * VPT + k) * blockDim.x + t; afterwards blockDim.x * EPT floats for the fold. */
+  Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
+  float *red = reinterpret_cast<float *>(dyn_smem);
   const int lane = threadIdx.x % GROUP;
   const int group_in_warp = (threadIdx.x % 32) / GROUP;
   const int64_t warp_id = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int64_t nwarps = (int64_t)gridDim.x * blockDim.x / 32;
+  const int64_t step = nwarps * ROWS_PER_WARP;
   const T *dy = (const T *)a.dy;
   const T *xy = (const T *)a.xy;
   T *dx = (T *)a.dx;
@@ -97,22 +107,58 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
   for (int j = 0; j < EPT; ++j)
     acc_g[j] = acc_b[j] = 0.f;
+  auto slot = [&](int s, int r, int k) {
+    return stage + ((s * 2 + r) * VPT + k) * (int)blockDim.x + threadIdx.x;
+  };
+  /* Copies the thread's vectors of row `row` into stage s (one commit group, maybe empty). */
+  auto issue = [&](int s, int64_t row) {
+    if (row < a.rows)
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
+        if (col < a.cols) {
+          cp_async_16(slot(s, 0, k), dy + row * a.dy_stride + col);
+          cp_async_16(slot(s, 1, k), xy + row * a.xy_stride + col);
+        }
+      }
+    cp_async_commit();
+  };
+  int s = 0;
+  float nmu = 0.f, nrs = 0.f;
+  const int64_t first = warp_id * ROWS_PER_WARP + group_in_warp;
+  if constexpr (STAGED)
+    issue(0, first);
+  if (first < a.rows)
+    row_stats(a, first, nmu, nrs);
 
-  for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
+  for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += step) {
     const int64_t row = base + group_in_warp;
     const bool row_ok = row < a.rows;
-    float mu = 0.f, rs = 0.f;
-    if (row_ok)
-      row_stats(a, row, mu, rs);
+    const float mu = nmu, rs = nrs;
+    if (row + step < a.rows) /* the next row's mean and rstd, a row ahead like its data */
+      row_stats(a, row + step, nmu, nrs);
+    if constexpr (STAGED) {
+      issue(s ^ 1, row + step);
+      cp_async_wait(1); /* this row's group has landed */
+    }
     float d[EPT], xh[EPT], g[EPT];
-    float s[2] = {0.f, 0.f};
+    float s2[2] = {0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
         float xv[VEC], gm[VEC], bt[VEC];
-        load_stream_f32<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
-        load_stream_f32<T, VEC>(xy + row * a.xy_stride + col, xv);
+        if constexpr (STAGED) {
+          const Pack<T, VEC> pd = *slot(s, 0, k), px = *slot(s, 1, k);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            d[k * VEC + e] = to_f32(pd.v[e]);
+            xv[e] = to_f32(px.v[e]);
+          }
+        } else {
+          load_stream_f32<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
+          load_stream_f32<T, VEC>(xy + row * a.xy_stride + col, xv);
+        }
         load_param<P, VEC>(gamma, col, 1.f, gm);
         load_param<P, VEC>(a.from_y ? beta : nullptr, col, 0.f, bt);
         bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, a.from_y, &xh[k * VEC], &g[k * VEC]);
@@ -122,15 +168,16 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           d[k * VEC + e] = xh[k * VEC + e] = g[k * VEC + e] = 0.f;
       }
     }
+    s ^= 1;
     float gx[EPT];
 #pragma unroll
     for (int j = 0; j < EPT; ++j)
       gx[j] = g[j] * xh[j];
-    s[0] = tree_sum<EPT>(g);
-    s[1] = tree_sum<EPT>(gx);
+    s2[0] = tree_sum<EPT>(g);
+    s2[1] = tree_sum<EPT>(gx);
     if (!a.layernorm)
-      s[0] = 0.f;
-    group_sum<GROUP, 2>(s);
+      s2[0] = 0.f;
+    group_sum<GROUP, 2>(s2);
     if (!row_ok)
       continue;
 #pragma unroll
@@ -141,7 +188,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
-          out[e] = rs * (g[j] - (s[0] + xh[j] * s[1]) * inv_n);
+          out[e] = rs * (g[j] - (s2[0] + xh[j] * s2[1]) * inv_n);
           acc_g[j] += d[j] * xh[j];
           acc_b[j] += d[j];
         }
@@ -150,12 +197,15 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       }
     }
   }
+  if constexpr (STAGED)
+    cp_async_wait(0); /* (only empty groups can be pending) before the fold reuses the stages */
   if (!a.want_dparams)
     return;
   /* Fold the CTA's row groups (which all own the same columns) in a fixed order. */
   const int groups = blockDim.x / GROUP;
   const int group = threadIdx.x / GROUP;
   const int width = GROUP * EPT; /* columns covered by one group */
+  __syncthreads();               /* every thread is past its last read of the stages */
   for (int which = 0; which < 2; ++which) {
     const float *acc = which == 0 ? acc_g : acc_b;
 #pragma unroll
@@ -684,7 +734,11 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
     }
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
-    return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+    /* Two stages of dy and x for 16-byte vectors; the fold of the accumulators reuses them. */
+    size_t smem = (size_t)plan.threads * VPT * VEC * sizeof(float);
+    if constexpr (VEC * sizeof(T) == 16)
+      smem = (size_t)plan.threads * 4 * VPT * 16; /* 2 stages x 2 arrays, >= the fold's */
+    return launch_kernel(k, plan.grid, plan.threads, smem, 1, stream, a);
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = bwd_reg_vpt(VEC);

@@ -317,6 +317,7 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
       if (a.rstd)
         a.rstd[row] = rstd;
     }
+    const float shift = -c * rstd;
     T *yr = (T *)a.y + row * a.y_stride;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -327,8 +328,11 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
       load_param<P, VEC>(gamma, (int64_t)i * VEC, 1.f, g);
       load_param<P, VEC>(beta, (int64_t)i * VEC, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) /* x - ref - c (LN; ref = c = 0 for RMS) */
-        out[e] = fmaf(((v[k * VEC + e] - ref) - c) * rstd, g[e], b[e]);
+      for (int e = 0; e < VEC; ++e) {
+        /* LN: (x - ref - c) * rstd as one fma after the exact-ish difference x - ref. */
+        const float xhat = LN ? fmaf(v[k * VEC + e] - ref, rstd, shift) : v[k * VEC + e] * rstd;
+        out[e] = fmaf(xhat, g[e], b[e]);
+      }
       store_vec<T, VEC>(yr + (int64_t)i * VEC, out);
     }
   }
