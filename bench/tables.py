@@ -4,11 +4,14 @@
     python3 bench/tables.py fnbench RUN.csv          # forward and backward grids
     python3 bench/tables.py graph RUN.csv            # the graph preset's rows
     python3 bench/tables.py peers F.csv[:F] J.csv:J  # side by side, later files win per cell
+    python3 bench/tables.py peers L.csv:L fnbench=K.csv:K  # ... and fnbench's own numbers
 
 For `peers`, each file may carry a label after a colon; a cell's label is printed in a `run`
 column, so that a table merged from several runs says where each row comes from. The summary
 lines after each peer table count the cells where fusednorm is faster than the better of torch
-eager and torch.compile, and at least 1.15x faster.
+eager and torch.compile, and at least 1.15x faster. A `fnbench=` file adds fnbench's number
+for the cell (labelled with its run) and its ratio to the same peers, counted separately. A
+peer column that no file measured (e.g. Liger when it was not installed) is left out.
 """
 
 import csv
@@ -65,15 +68,27 @@ def graph_table(path):
 
 def peer_tables(specs):
     cells = {}  # (op, dir, dtype, M, N) -> {library: row}, plus "_run"
+    fnb, fnb_label = {}, None  # (op, dir, dtype, M, N) -> GB/s, from fnbench
     for spec in specs:
+        if spec.startswith("fnbench="):
+            path, _, fnb_label = spec[len("fnbench=") :].partition(":")
+            for r in csv.DictReader(open(path)):
+                op, direction = r["op"].split("-", 1)
+                fnb[(op, direction, r["dtype"], int(r["M"]), int(r["N"]))] = float(r["GBps"])
+            continue
         path, _, label = spec.partition(":")
         for r in csv.DictReader(open(path)):
             key = (r["op"], r["direction"], r["dtype"], int(r["M"]), int(r["N"]))
             if r["library"] == "fusednorm":
                 cells[key] = {"_run": label}  # a later run replaces the whole cell
             cells.setdefault(key, {"_run": label})[r["library"]] = r
-    libs = ["torch", "compile", "liger"]
+    libs = [x for x in ("torch", "compile", "liger") if any(x in c for c in cells.values())]
     titles = {"torch": "torch eager", "compile": "torch.compile", "liger": "Liger"}
+    fnb_cols = (
+        f" | fusednorm in fnbench (run {fnb_label}) | fnbench / best of eager and compile"
+        if fnb
+        else ""
+    )
     out = []
     for direction in ("fwd", "bwd"):
         keys = sorted(
@@ -83,10 +98,13 @@ def peer_tables(specs):
         out.append(
             "| op | dtype | M x N | run | fusednorm GB/s (% of copy) | "
             + " | ".join(titles[x] for x in libs)
-            + " | copy GB/s | fusednorm / best of eager and compile |"
+            + " | copy GB/s | fusednorm / best of eager and compile"
+            + fnb_cols
+            + " |"
         )
-        out.append("|---" * (len(libs) + 7) + "|")
+        out.append("|---" * (len(libs) + 7 + (2 if fnb else 0)) + "|")
         faster = fast115 = total = 0
+        fnb_faster = fnb_fast115 = fnb_total = 0
         for k in keys:
             c = cells[k]
             ours = c.get("fusednorm")
@@ -111,16 +129,31 @@ def peer_tables(specs):
             total += 1
             faster += ratio > 1
             fast115 += ratio >= 1.15
+            extra = ""
+            if fnb:
+                f = fnb.get(k)
+                if f is not None and best:
+                    fnb_total += 1
+                    fnb_faster += f / best > 1
+                    fnb_fast115 += f / best >= 1.15
+                    extra = f" | {f:.0f} | {f / best:.2f}x"
+                else:
+                    extra = " | n/a | n/a"
             out.append(
                 f"| {OPS[k[0]]} | {k[2]} | {k[3]} x {k[4]} | {c['_run']} | {g:.0f} ({100 * g / copy:.0f}%) | "
                 + " | ".join(p[1] for p in peers)
-                + f" | {copy:.0f} | {ratio:.2f}x |"
+                + f" | {copy:.0f} | {ratio:.2f}x{extra} |"
             )
         out.append("")
         out.append(
             f"{direction}: faster than the better of eager and compile in {faster} of {total} "
             f"cells, at least 1.15x in {fast115}."
         )
+        if fnb:
+            out.append(
+                f"{direction}, fnbench's numbers (run {fnb_label}) against the same peers: faster "
+                f"in {fnb_faster} of {fnb_total} cells, at least 1.15x in {fnb_fast115}."
+            )
         out.append("")
     return "\n".join(out)
 
