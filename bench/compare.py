@@ -17,7 +17,8 @@ What is timed:
     LayerNorm, which has no autograd function, is timed through its layernorm_bwd.
   * each measurement is the median over batches of the per-call time of K back-to-back calls
     between two CUDA events; a GPU sleep queued before each batch lets the host enqueue the
-    whole batch first, so the time is the GPU's, not Python's dispatch overhead.
+    whole batch first, so the time is the GPU's, not Python's dispatch overhead (--timer
+    events instead brackets every call with its own events, as fnbench does, to cross-check).
   * bytes counted: forward 2*M*N*elem (read x, write y), backward 3*M*N*elem (read x and dy,
     write dx), as fnbench counts them. The ceiling is a device-to-device copy of the same
     M*N*elem bytes, measured in this run, counted read + write.
@@ -257,10 +258,11 @@ class Timer:
     """Median per-call time. On CUDA: events around a batch of calls queued behind a GPU sleep.
     On the CPU (--device cpu, a smoke test of this script, not a benchmark): wall clock."""
 
-    def __init__(self, reps, calls, device):
+    def __init__(self, reps, calls, device, mode="sleep"):
         self.reps = reps
         self.calls = calls
         self.device = device
+        self.mode = mode
         self.sleep = getattr(torch.cuda, "_sleep", None) if device == "cuda" else None
         self.cycles_per_ms = None
 
@@ -285,6 +287,8 @@ class Timer:
                     fn()
                 times.append((time.perf_counter() - t0) * 1e3 / self.calls)
             return statistics.median(times)
+        if self.mode == "events":
+            return self._median_ms_events(fn)
         if self.cycles_per_ms is None:
             self._calibrate()
         torch.cuda.synchronize()
@@ -313,6 +317,22 @@ class Timer:
                 continue
             times.append(start.elapsed_time(end) / self.calls)
         return statistics.median(times)
+
+    def _median_ms_events(self, fn):
+        """fnbench's way (--timer events): events around every call, the median over all of
+        them. Gaps the host leaves between calls fall outside the events, so this measures the
+        GPU's time per call even when the host cannot keep up."""
+        torch.cuda.synchronize()
+        pairs = []
+        for _ in range(self.reps * self.calls):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in pairs)
 
 
 def host_time_ms(fn, device, calls=3):
@@ -463,9 +483,11 @@ def run_cell(op, dtype_name, m, n, libs, timer, copy_cache, args, deadline, resu
     del x, dy, w, b, ref, ours
     empty_cache(device)
     summary = " ".join(
-        f"{r['library']}:{r['direction']}={r['gbps']:.0f}"
-        if r.get("gbps")
-        else f"{r['library']}:{r['direction']}={r['status'][:20]}"
+        (
+            f"{r['library']}:{r['direction']}={r['gbps']:.0f}"
+            if r.get("gbps")
+            else f"{r['library']}:{r['direction']}={r['status'][:20]}"
+        )
         for r in results
         if (r["op"], r["dtype"], r["M"], r["N"]) == (op, dtype_name, m, n)
     )
@@ -671,6 +693,13 @@ def parse_args(argv):
         default=420.0,
         help="seconds after which compile/QuACK (JIT-heavy) are skipped (default 420)",
     )
+    p.add_argument(
+        "--timer",
+        default="sleep",
+        choices=["sleep", "events"],
+        help="sleep: batches of calls queued behind a GPU sleep (default); events: events "
+        "around every call (fnbench's way), to cross-check",
+    )
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     p.add_argument(
         "--device",
@@ -725,7 +754,12 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
-    timer = Timer(reps=5 if args.quick else 9, calls=3 if args.quick else 5, device=args.device)
+    timer = Timer(
+        reps=5 if args.quick else 9,
+        calls=3 if args.quick else 5,
+        device=args.device,
+        mode=args.timer,
+    )
     cells = [(op, d, args.total // n, n) for op in args.ops for d in args.dtypes for n in args.n]
     if not args.no_extra:
         cells += [(op, d, m, n) for op in args.ops for d, m, n in EXTRA_SHAPES if d in args.dtypes]
