@@ -92,6 +92,8 @@ struct Tuning {
   int min_rows;   /* rows a persistent CTA (or cluster) gets at least, when M is small */
   int fwd_cta;    /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;    /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
+  int fwd_staged; /* forward warp tier, tuning builds only: 1 to stage 16-byte rows a row ahead
+                     in shared memory by cp.async (experimental), 0 not */
   int fwd_stream; /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
                      kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
                      never */
@@ -105,7 +107,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 16, 1, 32, 1};
+  Tuning t = {1, 4, 512, 512, 16, 1, 32, 0, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -115,6 +117,7 @@ Tuning tuning() {
   t.fwd_cta = tune_knob("FNORM_TUNE_FWD_CTA", t.fwd_cta);
   t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
   t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
+  t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
 #endif
   return t;
 }
@@ -188,6 +191,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.threads = 256;
     const int64_t rows_per_cta = 8 * (32 / pl.group);
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 16);
+    pl.staged = tuning().fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16;
     return pl;
   }
   pl.tier = TIER_ROW;

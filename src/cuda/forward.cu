@@ -33,36 +33,71 @@
 
 namespace fnorm_cuda {
 
-template <typename T, typename P, int VEC, int GROUP, int VPT>
+/* STAGED (experimental, tuning builds: FNORM_TUNE_FWD_STAGED=1; 16-byte vectors): each lane
+ * copies its own vectors of its next row into shared memory with cp.async while it works on
+ * this one, as bwd_warp_kernel does (no barrier: a lane reads back only its own copies). */
+template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false>
 __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int ROWS_PER_WARP = 32 / GROUP;
+  static_assert(!STAGED || VEC * sizeof(T) == 16, "staging copies 16-byte vectors");
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  /* STAGED: stage s, vector k of thread t at (s * VPT + k) * blockDim.x + t. */
+  Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
   const int lane = threadIdx.x % GROUP;
   const int group_in_warp = (threadIdx.x % 32) / GROUP;
   const int64_t warp_id = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int64_t nwarps = (int64_t)gridDim.x * blockDim.x / 32;
+  const int64_t step = nwarps * ROWS_PER_WARP;
   const T *x = (const T *)a.x;
   T *y = (T *)a.y;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
   const float inv_n = 1.f / (float)a.cols;
+  auto slot = [&](int s, int k) { return stage + (s * VPT + k) * (int)blockDim.x + threadIdx.x; };
+  /* Copies the thread's vectors of row `row` into stage s (one commit group, maybe empty). */
+  auto issue = [&](int s, int64_t row) {
+    if (row < a.rows)
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
+        if (col < a.cols)
+          cp_async_16(slot(s, k), x + row * a.x_stride + col);
+      }
+    cp_async_commit();
+  };
+  int stg = 0; /* the stage this row is in */
+  if constexpr (STAGED)
+    issue(0, warp_id * ROWS_PER_WARP + group_in_warp);
 
   /* The loop bound is uniform across the warp, so every lane reaches every shuffle. */
-  for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += nwarps * ROWS_PER_WARP) {
+  for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += step) {
     const int64_t row = base + group_in_warp;
     const bool row_ok = row < a.rows;
+    if constexpr (STAGED) {
+      issue(stg ^ 1, row + step);
+      cp_async_wait(1); /* this row's group has landed */
+    }
     float v[EPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
-        load_stream_f32<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
+        if constexpr (STAGED) {
+          const Pack<T, VEC> pk = *slot(stg, k);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            v[k * VEC + e] = to_f32(pk.v[e]);
+        } else {
+          load_stream_f32<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
+        }
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           v[k * VEC + e] = 0.f;
       }
     }
+    stg ^= 1;
     float rstd, mean_out = 0.f;
     if (a.layernorm) {
       float s[2] = {0.f, 0.f};
@@ -574,33 +609,61 @@ __global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t ch
   cluster_barrier(csize);
 }
 
+/* The warp tier's kernel for plan.group lanes a row and plan.vpt vectors a lane (nullptr if
+ * none). */
+template <typename T, typename P, int VEC, bool STAGED>
+static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
+  if (plan.vpt == 8 && plan.group == 32)
+    return fwd_warp_kernel<T, P, VEC, 32, 8, STAGED>;
+  if (plan.vpt == 4) {
+    switch (plan.group) {
+    case 32:
+      return fwd_warp_kernel<T, P, VEC, 32, 4, STAGED>;
+    case 16:
+      return fwd_warp_kernel<T, P, VEC, 16, 4, STAGED>;
+    case 8:
+      return fwd_warp_kernel<T, P, VEC, 8, 4, STAGED>;
+    case 4:
+      return fwd_warp_kernel<T, P, VEC, 4, 4, STAGED>;
+    default:
+      return nullptr;
+    }
+  }
+  if constexpr (VEC > 1) {
+    if (plan.vpt == 3) {
+      switch (plan.group) {
+      case 32:
+        return fwd_warp_kernel<T, P, VEC, 32, 3, STAGED>;
+      case 16:
+        return fwd_warp_kernel<T, P, VEC, 16, 3, STAGED>;
+      case 8:
+        return fwd_warp_kernel<T, P, VEC, 8, 3, STAGED>;
+      case 4:
+        return fwd_warp_kernel<T, P, VEC, 4, 3, STAGED>;
+      default:
+        return nullptr;
+      }
+    }
+  }
+  return nullptr;
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
-    void (*k)(FwdParams) = nullptr;
-    if (plan.vpt == 8 && plan.group == 32)
-      k = fwd_warp_kernel<T, P, VEC, 32, 8>;
-    else if (plan.vpt == 4 && plan.group == 32)
-      k = fwd_warp_kernel<T, P, VEC, 32, 4>;
-    else if (plan.vpt == 4 && plan.group == 16)
-      k = fwd_warp_kernel<T, P, VEC, 16, 4>;
-    else if (plan.vpt == 4 && plan.group == 8)
-      k = fwd_warp_kernel<T, P, VEC, 8, 4>;
-    else if (plan.vpt == 4 && plan.group == 4)
-      k = fwd_warp_kernel<T, P, VEC, 4, 4>;
-    if constexpr (VEC > 1) {
-      if (plan.vpt == 3 && plan.group == 32)
-        k = fwd_warp_kernel<T, P, VEC, 32, 3>;
-      else if (plan.vpt == 3 && plan.group == 16)
-        k = fwd_warp_kernel<T, P, VEC, 16, 3>;
-      else if (plan.vpt == 3 && plan.group == 8)
-        k = fwd_warp_kernel<T, P, VEC, 8, 3>;
-      else if (plan.vpt == 3 && plan.group == 4)
-        k = fwd_warp_kernel<T, P, VEC, 4, 3>;
+    void (*k)(FwdParams) = fwd_warp_pick<T, P, VEC, false>(plan);
+    size_t smem = 0;
+#ifdef FNORM_TUNING
+    if constexpr (VEC * sizeof(T) == 16) {
+      if (plan.staged) { /* experimental: FNORM_TUNE_FWD_STAGED */
+        k = fwd_warp_pick<T, P, VEC, true>(plan);
+        smem = (size_t)2 * plan.vpt * plan.threads * 16;
+      }
     }
+#endif
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
-    return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+    return launch_kernel(k, plan.grid, plan.threads, smem, 1, stream, a);
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_CTA) {
     if constexpr (VEC * sizeof(T) == 16) {
