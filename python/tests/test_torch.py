@@ -648,3 +648,43 @@ def test_replace_norms_on_hugging_face_models(device, which):
         lo = original(input_ids=tokens, labels=tokens).loss
         lf = fused(input_ids=tokens, labels=tokens).loss
     _assert_close(lf, lo, 1e-4, "loss after a step")
+
+
+class _SeeOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the ops dispatched under it (and makes fusednorm take its custom ops)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rms", [False, True], ids=["ln", "rms"])
+@pytest.mark.parametrize("memory_efficient", [False, True], ids=["x", "y"])
+def test_eager_fast_path_matches_the_ops(device, rms, memory_efficient):
+    # Eager calls skip the custom ops' dispatch (ops._direct); with a dispatch mode active they
+    # go through the ops, which the mode sees. Both must give bitwise the same y and gradients.
+    x, w, b, dy = _make(device, torch.float32, (24, 96), (96,), "wb")
+    b = None if rms else b
+    fn = fusednorm.rms_norm if rms else fusednorm.layer_norm
+    inputs = [t for t in (x, w, b) if t is not None]
+    assert ops._direct(x, w, b)
+
+    def run():
+        y = _run(fn, rms, x, (96,), w, b, 1e-5, memory_efficient=memory_efficient)
+        return [y] + list(torch.autograd.grad(y, inputs, dy))
+
+    fast = run()
+    mode = _SeeOps()
+    with mode:
+        traced = run()
+    assert "fusednorm.norm_fwd.default" in mode.ops and "fusednorm.norm_bwd.default" in mode.ops
+    for got, ref in zip(fast, traced):
+        assert torch.equal(got, ref)
+    with torch.no_grad():  # inference: the implementation directly, no autograd node
+        y = _run(fn, rms, x, (96,), w, b, 1e-5)
+    assert y.grad_fn is None and torch.equal(y, fast[0])
