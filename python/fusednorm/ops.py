@@ -285,24 +285,12 @@ def _bwd_outputs(dy, weight, bias, need_dx, need_dweight, need_dbias):
 
 
 def _norm_bwd_impl(
-    dy,
-    saved,
-    mean,
-    rstd,
-    weight,
-    bias,
-    n,
-    is_rms,
-    eps,
-    saved_is_y,
-    need_dx,
-    need_dweight,
-    need_dbias,
+    dy, saved, mean, rstd, weight, bias, n, is_rms, eps, saved_is_y, need_dx, need_dw, need_db
 ):
     op = "rms_norm" if is_rms else "layer_norm"
     _check_tensor(dy, "grad_output", op)
     pd = _param_dtype_code(dy, weight, bias, op)
-    dx, dw, db = _bwd_outputs(dy, weight, bias, need_dx, need_dweight, need_dbias)
+    dx, dw, db = _bwd_outputs(dy, weight, bias, need_dx, need_dw, need_db)
     rows = dy.numel() // n
     if rows == 0:
         dw.zero_()
@@ -344,8 +332,8 @@ def _norm_bwd_impl(
             gamma=_ptr(w),
             beta=_ptr(b) if saved_is_y else None,
             dx=_ptr(dx) if need_dx else None,
-            dgamma=_ptr(dw) if need_dweight and weight is not None else None,
-            dbeta=_ptr(db) if need_dbias and bias is not None else None,
+            dgamma=_ptr(dw) if need_dw and weight is not None else None,
+            dbeta=_ptr(db) if need_db and bias is not None else None,
             workspace=_ptr(ws),
             workspace_bytes=ws_bytes,
             stream=stream,
@@ -375,21 +363,8 @@ def norm_bwd(
     (the memory-efficient form, which needs weight and bias as the forward had them; weight must
     have no zero).
     """
-    return _norm_bwd_impl(
-        dy,
-        saved,
-        mean,
-        rstd,
-        weight,
-        bias,
-        n,
-        is_rms,
-        eps,
-        saved_is_y,
-        need_dx,
-        need_dweight,
-        need_dbias,
-    )
+    flags = (saved_is_y, need_dx, need_dweight, need_dbias)
+    return _norm_bwd_impl(dy, saved, mean, rstd, weight, bias, n, is_rms, eps, *flags)
 
 
 @norm_bwd.register_fake

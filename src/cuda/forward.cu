@@ -609,41 +609,33 @@ __global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t ch
   cluster_barrier(csize);
 }
 
-/* The warp tier's kernel for plan.group lanes a row and plan.vpt vectors a lane (nullptr if
- * none). */
+/* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none). */
+template <typename T, typename P, int VEC, int VPT, bool STAGED>
+static void (*fwd_warp_group(int group))(FwdParams) {
+  switch (group) {
+  case 32:
+    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED>;
+  case 16:
+    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED>;
+  case 8:
+    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED>;
+  case 4:
+    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED>;
+  default:
+    return nullptr;
+  }
+}
+
+/* The warp tier's kernel for the plan's lanes a row and vectors a lane (nullptr if none). */
 template <typename T, typename P, int VEC, bool STAGED>
 static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
   if (plan.vpt == 8 && plan.group == 32)
     return fwd_warp_kernel<T, P, VEC, 32, 8, STAGED>;
-  if (plan.vpt == 4) {
-    switch (plan.group) {
-    case 32:
-      return fwd_warp_kernel<T, P, VEC, 32, 4, STAGED>;
-    case 16:
-      return fwd_warp_kernel<T, P, VEC, 16, 4, STAGED>;
-    case 8:
-      return fwd_warp_kernel<T, P, VEC, 8, 4, STAGED>;
-    case 4:
-      return fwd_warp_kernel<T, P, VEC, 4, 4, STAGED>;
-    default:
-      return nullptr;
-    }
-  }
+  if (plan.vpt == 4)
+    return fwd_warp_group<T, P, VEC, 4, STAGED>(plan.group);
   if constexpr (VEC > 1) {
-    if (plan.vpt == 3) {
-      switch (plan.group) {
-      case 32:
-        return fwd_warp_kernel<T, P, VEC, 32, 3, STAGED>;
-      case 16:
-        return fwd_warp_kernel<T, P, VEC, 16, 3, STAGED>;
-      case 8:
-        return fwd_warp_kernel<T, P, VEC, 8, 3, STAGED>;
-      case 4:
-        return fwd_warp_kernel<T, P, VEC, 4, 3, STAGED>;
-      default:
-        return nullptr;
-      }
-    }
+    if (plan.vpt == 3)
+      return fwd_warp_group<T, P, VEC, 3, STAGED>(plan.group);
   }
   return nullptr;
 }
