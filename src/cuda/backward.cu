@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       }
     cp_async_commit();
   };
-  int s = 0;
+  int stg = 0; /* the stage this row is in */
   float nmu = 0.f, nrs = 0.f;
   const int64_t first = warp_id * ROWS_PER_WARP + group_in_warp;
   if constexpr (STAGED)
@@ -138,18 +138,18 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     if (row + step < a.rows) /* the next row's mean and rstd, a row ahead like its data */
       row_stats(a, row + step, nmu, nrs);
     if constexpr (STAGED) {
-      issue(s ^ 1, row + step);
+      issue(stg ^ 1, row + step);
       cp_async_wait(1); /* this row's group has landed */
     }
     float d[EPT], xh[EPT], g[EPT];
-    float s2[2] = {0.f, 0.f};
+    float sums[2] = {0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
         float xv[VEC], gm[VEC], bt[VEC];
         if constexpr (STAGED) {
-          const Pack<T, VEC> pd = *slot(s, 0, k), px = *slot(s, 1, k);
+          const Pack<T, VEC> pd = *slot(stg, 0, k), px = *slot(stg, 1, k);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
             d[k * VEC + e] = to_f32(pd.v[e]);
@@ -168,16 +168,16 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           d[k * VEC + e] = xh[k * VEC + e] = g[k * VEC + e] = 0.f;
       }
     }
-    s ^= 1;
+    stg ^= 1;
     float gx[EPT];
 #pragma unroll
     for (int j = 0; j < EPT; ++j)
       gx[j] = g[j] * xh[j];
-    s2[0] = tree_sum<EPT>(g);
-    s2[1] = tree_sum<EPT>(gx);
+    sums[0] = tree_sum<EPT>(g);
+    sums[1] = tree_sum<EPT>(gx);
     if (!a.layernorm)
-      s2[0] = 0.f;
-    group_sum<GROUP, 2>(s2);
+      sums[0] = 0.f;
+    group_sum<GROUP, 2>(sums);
     if (!row_ok)
       continue;
 #pragma unroll
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
-          out[e] = rs * (g[j] - (s2[0] + xh[j] * s2[1]) * inv_n);
+          out[e] = rs * (g[j] - (sums[0] + xh[j] * sums[1]) * inv_n);
           acc_g[j] += d[j] * xh[j];
           acc_b[j] += d[j];
         }
