@@ -33,6 +33,15 @@
 
 namespace fnorm_cuda {
 
+/* One thread of the row writes its mean and rstd, where the caller asked for them. */
+__device__ __forceinline__ void store_row_stats(const FwdParams &a, int64_t row, float mean,
+                                                float rstd) {
+  if (a.mean)
+    a.mean[row] = mean;
+  if (a.rstd)
+    a.rstd[row] = rstd;
+}
+
 /* STAGED (experimental, tuning builds: FNORM_TUNE_FWD_STAGED=1; 16-byte vectors): each lane
  * copies its own vectors of its next row into shared memory with cp.async while it works on
  * this one, as bwd_warp_kernel does (no barrier: a lane reads back only its own copies). */
@@ -134,12 +143,8 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
     }
     if (!row_ok)
       continue;
-    if (lane == 0) {
-      if (a.mean)
-        a.mean[row] = mean_out;
-      if (a.rstd)
-        a.rstd[row] = rstd;
-    }
+    if (lane == 0)
+      store_row_stats(a, row, mean_out, rstd);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
@@ -259,12 +264,8 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
       cta_sum<1, kRegWarpSum<T>>(s, red, round);
       rstd = 1.f / sqrtf(cluster_sum(s[0], red, xround, csize) * inv_n + a.eps);
     }
-    if (crank == 0 && threadIdx.x == 0) {
-      if (a.mean)
-        a.mean[row] = mean_out;
-      if (a.rstd)
-        a.rstd[row] = rstd;
-    }
+    if (crank == 0 && threadIdx.x == 0)
+      store_row_stats(a, row, mean_out, rstd);
     T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -346,12 +347,8 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
       ++round;
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
-    if (threadIdx.x == 0) {
-      if (a.mean)
-        a.mean[row] = ref + c;
-      if (a.rstd)
-        a.rstd[row] = rstd;
-    }
+    if (threadIdx.x == 0)
+      store_row_stats(a, row, ref + c, rstd);
     const float shift = -c * rstd;
     T *yr = (T *)a.y + row * a.y_stride;
 #pragma unroll
@@ -469,12 +466,8 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
       row_sum<2>(s, red, round, 0, csize);
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
-    if (crank == 0 && threadIdx.x == 0) {
-      if (a.mean)
-        a.mean[row] = m1 + c;
-      if (a.rstd)
-        a.rstd[row] = rstd;
-    }
+    if (crank == 0 && threadIdx.x == 0)
+      store_row_stats(a, row, m1 + c, rstd);
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
       const int64_t col = (v0 + i) * VEC;
@@ -586,12 +579,8 @@ __global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t ch
       cta_sum<1>(s, red, round);
       rstd = 1.f / sqrtf(cluster_sum(s[0], red, xround, csize) * inv_n + a.eps);
     }
-    if (crank == 0 && threadIdx.x == 0) {
-      if (a.mean)
-        a.mean[row] = mean_out;
-      if (a.rstd)
-        a.rstd[row] = rstd;
-    }
+    if (crank == 0 && threadIdx.x == 0)
+      store_row_stats(a, row, mean_out, rstd);
     /* Pass 2: y, last-read vectors first. */
     T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
     for (int64_t j = nj - 1; j >= 0; --j) {
