@@ -178,6 +178,7 @@ void three_per_lane(Plan &pl, int64_t nvec) {
 }
 
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+  const Tuning tn = tuning();
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
@@ -191,7 +192,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.threads = 256;
     const int64_t rows_per_cta = 8 * (32 / pl.group);
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 16);
-    pl.staged = tuning().fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16;
+    pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16;
     return pl;
   }
   pl.tier = TIER_ROW;
@@ -201,7 +202,6 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * threads of the preferred elements a thread, else up to 4 x 8) holds the row. Longer rows,
    * and fewer rows, take the register kernel below, split over a cluster (sweep 9: faster than
    * clusters of this kernel). */
-  const Tuning tn = tuning();
   if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count) {
     const int v1 = 8 / vec; /* vectors of 8 elements */
     int vpt = v1;
