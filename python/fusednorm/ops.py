@@ -163,21 +163,10 @@ _DEVICE_TYPES = ("cpu", "cuda")
 
 
 @functools.lru_cache(maxsize=512)
-def _desc(device, norm, dtype, rows, n, pd, eps, x_stride, y_stride, dy_stride, cpu_threads):
-    """A descriptor per shape and option set, built once (the C calls only read it)."""
-    return _lib.make_desc(
-        device,
-        norm,
-        dtype,
-        rows,
-        n,
-        param_dtype=pd,
-        eps=eps,
-        x_stride=x_stride,
-        y_stride=y_stride,
-        dy_stride=dy_stride,
-        cpu_threads=cpu_threads,
-    )
+def _desc(*args, **kwargs):
+    """_lib.make_desc, built once per shape and option set (the C calls only read it); looked
+    up at each miss, so that a test's spy on it sees the arguments."""
+    return _lib.make_desc(*args, **kwargs)
 
 
 def _fwd_outputs(x, n, is_rms):
@@ -205,12 +194,10 @@ def _norm_fwd_impl(x, weight, bias, n, is_rms, eps):
         _DTYPE_CODES[x.dtype],
         rows,
         n,
-        pd,
-        eps,
-        x_stride,
-        0,
-        0,
-        _cpu_threads(x),
+        param_dtype=pd,
+        eps=eps,
+        x_stride=x_stride,
+        cpu_threads=_cpu_threads(x),
     )
     with _OnDevice(x) as stream:
         _lib.forward(
@@ -310,12 +297,12 @@ def _norm_bwd_impl(
         _DTYPE_CODES[dy.dtype],
         rows,
         n,
-        pd,
-        eps,
-        0 if saved_is_y else s_stride,
-        s_stride if saved_is_y else 0,
-        dy_stride,
-        _cpu_threads(dy),
+        param_dtype=pd,
+        eps=eps,
+        x_stride=0 if saved_is_y else s_stride,
+        y_stride=s_stride if saved_is_y else 0,
+        dy_stride=dy_stride,
+        cpu_threads=_cpu_threads(dy),
     )
     with _OnDevice(dy) as stream:
         ws_bytes = _lib.backward_workspace_size(desc)

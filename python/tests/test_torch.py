@@ -32,6 +32,12 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOL = {torch.float32: 3e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 
 
+@pytest.fixture(autouse=True)
+def _fresh_descriptors():
+    # ops caches descriptors per shape; tests that spy on _lib.make_desc must see every call.
+    ops._desc.cache_clear()
+
+
 def _assert_close(got, ref, tol, what=""):
     got = got.detach().double()
     ref = ref.detach().double().to(got.device)
