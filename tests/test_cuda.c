@@ -139,6 +139,11 @@ static const int64_t sizes_quick[] = {1,    7,     33,    128,   257,    1024,  
  * compute-sanitizer sees that tier. */
 enum { CTA_TIER_ROWS = 320 };
 
+/* Rows enough for the forward warp tier to stage its rows a row ahead, which the dispatch does
+ * for 16-byte rows of up to 4 vectors a lane once a full grid's warps (16 CTAs of 8 warps an SM)
+ * get 4 rows each: 4 x 16 x 8 x 160 SMs, again more than any supported GPU needs. */
+enum { STAGED_TIER_ROWS = 81920 };
+
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
  * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */
 static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
@@ -181,6 +186,31 @@ static void cuda_sizes(void) {
           gpu_case("cuda", &c);
         }
       }
+  /* The forward warp tier staged a row ahead (16-byte rows of up to 4 vectors a lane), forward
+   * only: every dtype pair and norm once, the row lengths spread over its kernel shapes (4, 8,
+   * 16 or 32 lanes a row, 3 or 4 vectors a lane; run on an H200 with all three 16-bit lengths
+   * for every pair, 38 cases took 135 s, most of it the CPU oracle's); the first two also with
+   * aligned rows with a gap and no gamma, beta, mean or rstd. Under --quick the first two. */
+  {
+    static const struct {
+      int combo, norm;
+      int64_t cols;
+    } staged[] = {{0, 0, 128}, {4, 0, 64},  {0, 1, 512}, {1, 0, 512}, {1, 1, 64},
+                  {2, 0, 64},  {2, 1, 384}, {3, 0, 384}, {3, 1, 256}, {4, 1, 512}};
+    for (s = 0; s < (int)(sizeof staged / sizeof staged[0]); s++) {
+      if (g_opt.quick && s >= 2)
+        break;
+      tcase c =
+          tcase_default(norms[staged[s].norm], combos[staged[s].combo].dtype,
+                        combos[staged[s].combo].param_dtype, STAGED_TIER_ROWS, staged[s].cols);
+      gpu_forward_case("cuda", &c);
+      if (s < 2 && !g_opt.quick) {
+        tcase_apply_layout(&c, 3, 1);
+        c.gamma = c.beta = c.mean_out = c.rstd_out = 0;
+        gpu_forward_case("cuda", &c);
+      }
+    }
+  }
   if (!g_opt.quick) {
     /* Two full-size problems (2^24 elements). */
     tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 4096, 4096);

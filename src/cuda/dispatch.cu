@@ -85,18 +85,18 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
  * build) reads overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can
  * sweep them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int ring;       /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int stages;     /* stages of the ring, at most */
-  int threads;    /* threads a CTA, at most */
-  int cap;        /* vectors a CTA, preferably at most (a cluster beyond) */
-  int min_rows;   /* rows a persistent CTA (or cluster) gets at least, when M is small */
-  int fwd_cta;    /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
-  int fwd_ept;    /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
-  int fwd_staged; /* forward warp tier, tuning builds only: 1 to stage 16-byte rows a row ahead
-                     in shared memory by cp.async (experimental), 0 not */
-  int fwd_stream; /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
-                     kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
-                     never */
+  int ring;            /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;          /* stages of the ring, at most */
+  int threads;         /* threads a CTA, at most */
+  int cap;             /* vectors a CTA, preferably at most (a cluster beyond) */
+  int min_rows;        /* rows a persistent CTA (or cluster) gets at least, when M is small */
+  int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
+  int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
+  int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never */
+  int fwd_staged_rows; /* ... when each warp of a full grid gets at least this many rows */
+  int fwd_stream;      /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
+                          kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
+                          never */
 };
 
 #ifdef FNORM_TUNING
@@ -107,7 +107,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 16, 1, 32, 0, 1};
+  Tuning t = {1, 4, 512, 512, 16, 1, 32, 1, 4, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -118,6 +118,7 @@ Tuning tuning() {
   t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
   t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
+  t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
 #endif
   return t;
 }
@@ -192,7 +193,13 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.threads = 256;
     const int64_t rows_per_cta = 8 * (32 / pl.group);
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 16);
-    pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16;
+    /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
+     * to 4 vectors a lane (at 8, 64 KB of stages a CTA hold the SM to three CTAs: sweep 16, 16-bit
+     * N = 2048 lost 9 points, fp32 N = 768-1024 2-6) and when each warp of a full grid (16 CTAs
+     * an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, 1-9 points lost). */
+    const int64_t full_grid_warps = (int64_t)dev.sm_count * 16 * (pl.threads / 32);
+    pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
+                p->rows >= tn.fwd_staged_rows * full_grid_warps;
     return pl;
   }
   pl.tier = TIER_ROW;

@@ -42,9 +42,9 @@ __device__ __forceinline__ void store_row_stats(const FwdParams &a, int64_t row,
     a.rstd[row] = rstd;
 }
 
-/* STAGED (experimental, tuning builds: FNORM_TUNE_FWD_STAGED=1; 16-byte vectors): each lane
- * copies its own vectors of its next row into shared memory with cp.async while it works on
- * this one, as bwd_warp_kernel does (no barrier: a lane reads back only its own copies). */
+/* STAGED (16-byte vectors, chosen by plan_forward): each lane copies its own vectors of its next
+ * row into shared memory with cp.async while it works on this one, as bwd_warp_kernel does (no
+ * barrier: a lane reads back only its own copies), so two rows' loads are in flight a warp. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false>
 __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   constexpr int EPT = VEC * VPT;
@@ -618,8 +618,11 @@ static void (*fwd_warp_group(int group))(FwdParams) {
 /* The warp tier's kernel for the plan's lanes a row and vectors a lane (nullptr if none). */
 template <typename T, typename P, int VEC, bool STAGED>
 static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
-  if (plan.vpt == 8 && plan.group == 32)
-    return fwd_warp_kernel<T, P, VEC, 32, 8, STAGED>;
+  if (plan.vpt == 8 && plan.group == 32) {
+    if constexpr (!STAGED) /* plan_forward stages up to 4 vectors a lane */
+      return fwd_warp_kernel<T, P, VEC, 32, 8, false>;
+    return nullptr;
+  }
   if (plan.vpt == 4)
     return fwd_warp_group<T, P, VEC, 4, STAGED>(plan.group);
   if constexpr (VEC > 1) {
@@ -634,14 +637,12 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_WARP) {
     void (*k)(FwdParams) = fwd_warp_pick<T, P, VEC, false>(plan);
     size_t smem = 0;
-#ifdef FNORM_TUNING
     if constexpr (VEC * sizeof(T) == 16) {
-      if (plan.staged) { /* experimental: FNORM_TUNE_FWD_STAGED */
+      if (plan.staged) { /* two stages of vpt 16-byte vectors a thread */
         k = fwd_warp_pick<T, P, VEC, true>(plan);
         smem = (size_t)2 * plan.vpt * plan.threads * 16;
       }
     }
-#endif
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
     return launch_kernel(k, plan.grid, plan.threads, smem, 1, stream, a);

@@ -70,7 +70,7 @@ struct Plan {
                        cluster * cluster_rows CTAs) */
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
-  int staged;       /* TIER_WARP forward, tuning builds: rows staged a row ahead (cp.async) */
+  int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
