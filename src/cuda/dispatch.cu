@@ -89,9 +89,11 @@ struct Tuning {
   int stages;          /* stages of the ring, at most */
   int threads;         /* threads a CTA, at most */
   int cap;             /* vectors a CTA, preferably at most (a cluster beyond) */
+  int cap_4k;          /* the same for rows of 2049-4096 vectors */
   int min_rows;        /* rows a persistent CTA (or cluster) gets at least, when M is small */
   int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
+  int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
   int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never */
   int fwd_staged_rows; /* ... when each warp of a full grid gets at least this many rows */
   int fwd_stream;      /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
@@ -107,15 +109,17 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 4, 512, 512, 16, 1, 32, 1, 4, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 1, 32, 16, 1, 4, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
   t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
   t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
+  t.cap_4k = tune_knob("FNORM_TUNE_BWD_CAP4K", t.cap_4k);
   t.min_rows = tune_knob("FNORM_TUNE_BWD_MIN_ROWS", t.min_rows);
   t.fwd_cta = tune_knob("FNORM_TUNE_FWD_CTA", t.fwd_cta);
   t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
+  t.fwd_ept_ln32 = tune_knob("FNORM_TUNE_FWD_EPT_LN32", t.fwd_ept_ln32);
   t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
@@ -124,10 +128,9 @@ Tuning tuning() {
 }
 
 /* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (dy and x):
- * the smallest power-of-two cluster whose chunks hold at most `cap` vectors (measured: small
- * CTAs, several an SM, do best), or if that takes more than 16 CTAs, up to kRingVpt vectors
- * for each of 512 threads. False when no shape fits (more than 16 CTAs a row, or fewer than
- * two stages). */
+ * the smallest power-of-two cluster whose chunks hold at most `cap` vectors, or if that takes more
+ * than 16 CTAs, up to kRingVpt vectors for each of 512 threads. False when no shape fits (more than
+ * 16 CTAs a row, or fewer than two stages). */
 bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int stages,
                int max_threads, int64_t cap, const DeviceInfo &dev) {
   if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1)
@@ -211,8 +214,13 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * clusters of this kernel). */
   if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count) {
     const int v1 = 8 / vec; /* vectors of 8 elements */
+    /* fp32 LayerNorm rows of up to 4096 at 16 elements a thread (sweep 19: N = 2048 and 4096
+     * +3 and +5 points; from 5120 on, and for RMSNorm, 16 was level or slower). */
+    const int ept = p->dtype == FNORM_DTYPE_F32 && p->norm == FNORM_LAYERNORM && p->cols <= 4096
+                        ? tn.fwd_ept_ln32
+                        : tn.fwd_ept;
     int vpt = v1;
-    while (vpt < 4 * v1 && vpt * vec < tn.fwd_ept)
+    while (vpt < 4 * v1 && vpt * vec < ept)
       vpt *= 2;
     while (vpt < 4 * v1 && ceil_div(nvec, vpt) > 1024)
       vpt *= 2;
@@ -308,9 +316,14 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
   const Tuning tn = tuning();
+  /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
+   * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +3 to +5 points, fp32 8192 and
+   * 32768 +3, 0 to +1 elsewhere), save rows of 2049-4096 vectors, which did 0.3-2.7 points
+   * better as 8 chunks of 512 than as 4 of 1024. */
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (nvec > 32 * vpt || (tn.ring >= 2 && nvec >= 32)) &&
-      plan_ring(pl, p, nvec, 2, tn.stages, tn.threads, tn.cap, dev)) {
+      plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
+                nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev)) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
