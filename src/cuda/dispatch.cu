@@ -317,8 +317,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
   const Tuning tn = tuning();
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
-   * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +3 to +5 points, fp32 8192 and
-   * 32768 +3, 0 to +1 elsewhere), save rows of 2049-4096 vectors, which did 0.3-2.7 points
+   * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
+   * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
    * better as 8 chunks of 512 than as 4 of 1024. */
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (nvec > 32 * vpt || (tn.ring >= 2 && nvec >= 32)) &&
