@@ -81,11 +81,19 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
 
 /* With 16-byte vectors each lane copies its own vectors of the next row into shared memory
  * with cp.async while it works on this one (STAGED), so a warp has two rows' loads in flight at
- * no register cost; a lane reads back only what it copied itself, so no barrier is needed. */
+ * no register cost; a lane reads back only what it copied itself, so no barrier is needed.
+ * GROUP lanes share a row: 4 to 32, or (experimental, tuning builds: FNORM_TUNE_BWD_WARPS) 64
+ * or 128, the row's warps then adding their sums through shared memory behind a named barrier
+ * of just those warps. */
 template <typename T, typename P, int VEC, int GROUP, int VPT>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int EPT = VEC * VPT;
-  constexpr int ROWS_PER_WARP = 32 / GROUP;
+  constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
+  constexpr int ROWS_PER_SPAN = SPAN / GROUP;
+  constexpr int WARPS_PER_ROW = SPAN / 32;
+  static_assert(GROUP <= 128 && 256 % GROUP == 0, "a row's lanes within the CTA");
+  __shared__ float xchg[2][WARPS_PER_ROW > 1 ? 8 : 1][2]; /* [row parity][warp in CTA][sum] */
+  int parity = 0;
   constexpr bool STAGED = VEC * sizeof(T) == 16;
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   /* STAGED: stage s, array r (0 dy, 1 x or y), vector k of thread t at
@@ -93,10 +101,10 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
   float *red = reinterpret_cast<float *>(dyn_smem);
   const int lane = threadIdx.x % GROUP;
-  const int group_in_warp = (threadIdx.x % 32) / GROUP;
-  const int64_t warp_id = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int64_t nwarps = (int64_t)gridDim.x * blockDim.x / 32;
-  const int64_t step = nwarps * ROWS_PER_WARP;
+  const int group_in_span = (threadIdx.x % SPAN) / GROUP;
+  const int64_t span_id = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / SPAN;
+  const int64_t nspans = (int64_t)gridDim.x * blockDim.x / SPAN;
+  const int64_t step = nspans * ROWS_PER_SPAN;
   const T *dy = (const T *)a.dy;
   const T *xy = (const T *)a.xy;
   T *dx = (T *)a.dx;
@@ -125,14 +133,16 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   };
   int stg = 0; /* the stage this row is in */
   float nmu = 0.f, nrs = 0.f;
-  const int64_t first = warp_id * ROWS_PER_WARP + group_in_warp;
+  const int64_t first = span_id * ROWS_PER_SPAN + group_in_span;
   if constexpr (STAGED)
     issue(0, first);
   if (first < a.rows)
     row_stats(a, first, nmu, nrs);
 
-  for (int64_t base = warp_id * ROWS_PER_WARP; base < a.rows; base += step) {
-    const int64_t row = base + group_in_warp;
+  /* The loop bound is uniform across each warp and each row's warps, so every lane reaches
+   * every shuffle and barrier. */
+  for (int64_t base = span_id * ROWS_PER_SPAN; base < a.rows; base += step) {
+    const int64_t row = base + group_in_span;
     const bool row_ok = row < a.rows;
     const float mu = nmu, rs = nrs;
     if (row + step < a.rows) /* the next row's mean and rstd, a row ahead like its data */
@@ -177,7 +187,28 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     sums[1] = tree_sum<EPT>(gx);
     if (!a.layernorm)
       sums[0] = 0.f;
-    group_sum<GROUP, 2>(sums);
+    if constexpr (WARPS_PER_ROW == 1) {
+      group_sum<GROUP, 2>(sums);
+    } else {
+      /* Each warp's sums into this row's parity slot; the slot of the other parity may still
+       * be read by a warp of the previous row, none can still read this one: a warp writes it
+       * again only after the next row's barrier, which every warp of the row reaches only
+       * after its reads here. Added in warp order (deterministic). */
+      group_sum<32, 2>(sums);
+      const int w = threadIdx.x / 32, w0 = (threadIdx.x / GROUP) * WARPS_PER_ROW;
+      if (threadIdx.x % 32 == 0) {
+        xchg[parity][w][0] = sums[0];
+        xchg[parity][w][1] = sums[1];
+      }
+      named_barrier(1 + threadIdx.x / GROUP, GROUP);
+      sums[0] = sums[1] = 0.f;
+#pragma unroll
+      for (int r = 0; r < WARPS_PER_ROW; ++r) {
+        sums[0] += xchg[parity][w0 + r][0];
+        sums[1] += xchg[parity][w0 + r][1];
+      }
+      parity ^= 1;
+    }
     if (!row_ok)
       continue;
 #pragma unroll
@@ -728,6 +759,16 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       case 4:
         k = bwd_warp_kernel<T, P, VEC, 4, VPT>;
         break;
+#ifdef FNORM_TUNING /* experimental: FNORM_TUNE_BWD_WARPS, 16-byte rows */
+      case 64:
+        if constexpr (VEC * sizeof(T) == 16)
+          k = bwd_warp_kernel<T, P, VEC, 64, VPT>;
+        break;
+      case 128:
+        if constexpr (VEC * sizeof(T) == 16)
+          k = bwd_warp_kernel<T, P, VEC, 128, VPT>;
+        break;
+#endif
       default:
         break;
       }

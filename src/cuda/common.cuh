@@ -157,6 +157,12 @@ template <int N> __device__ __forceinline__ float tree_sum(const float *a) {
     return tree_sum<N / 2>(a) + tree_sum<N - N / 2>(a + N / 2);
 }
 
+/* Barrier of `count` threads (a multiple of 32) on hardware barrier `id` (1 to 15; 0 is
+ * __syncthreads'): orders the shared-memory accesses of just those threads. */
+__device__ __forceinline__ void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 /* Sum over aligned groups of WIDTH lanes (a power of two <= 32); every lane gets the sum.
  * All 32 lanes of the warp must call it. */
 template <int WIDTH, int K> __device__ __forceinline__ void group_sum(float (&v)[K]) {

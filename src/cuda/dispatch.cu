@@ -91,6 +91,8 @@ struct Tuning {
   int cap;             /* vectors a CTA, preferably at most (a cluster beyond) */
   int cap_4k;          /* the same for rows of 2049-4096 vectors */
   int min_rows;        /* rows a persistent CTA (or cluster) gets at least, when M is small */
+  int bwd_warps;       /* backward warp tier: warps a row at most (1; 2 or 4 experimental, tuning
+                          builds only), rows of up to 512 x bwd_warps 16-byte vectors' elements */
   int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
@@ -109,7 +111,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 1, 32, 16, 1, 4, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 1, 1, 32, 16, 1, 4, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -117,6 +119,7 @@ Tuning tuning() {
   t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
   t.cap_4k = tune_knob("FNORM_TUNE_BWD_CAP4K", t.cap_4k);
   t.min_rows = tune_knob("FNORM_TUNE_BWD_MIN_ROWS", t.min_rows);
+  t.bwd_warps = tune_knob("FNORM_TUNE_BWD_WARPS", t.bwd_warps);
   t.fwd_cta = tune_knob("FNORM_TUNE_FWD_CTA", t.fwd_cta);
   t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
   t.fwd_ept_ln32 = tune_knob("FNORM_TUNE_FWD_EPT_LN32", t.fwd_ept_ln32);
@@ -320,8 +323,11 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
    * better as 8 chunks of 512 than as 4 of 1024. */
+  /* Lanes a row in the warp tier at most: a warp, or (experimental) several on 16-byte rows. */
+  const int64_t warp_lanes =
+      vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4) ? 32 * (int64_t)tn.bwd_warps : 32;
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
-      (nvec > 32 * vpt || (tn.ring >= 2 && nvec >= 32)) &&
+      (nvec > warp_lanes * vpt || (tn.ring >= 2 && nvec >= 32)) &&
       plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
                 nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev)) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
@@ -330,18 +336,18 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
                                           (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 2048)));
     pl.nparts = max64(
         1, min64(ceil_div(p->rows, max64(1, tn.min_rows)), per_sm * dev.sm_count / pl.cluster));
-  } else if (nvec <= 32 * vpt) {
+  } else if (nvec <= warp_lanes * vpt) {
     pl = Plan{};
     pl.vec = vec;
     pl.tier = TIER_WARP;
     pl.vpt = vpt;
     pl.group = 4;
-    while (pl.group < 32 && (int64_t)pl.group * vpt < nvec)
+    while (pl.group < warp_lanes && (int64_t)pl.group * vpt < nvec)
       pl.group *= 2;
     /* (Not three_per_lane: 24 elements a lane spill the backward's registers; measured 60% ->
      * 46% of the copy at 384 bf16 elements.) */
     pl.threads = 256;
-    const int64_t rows_per_cta = 8 * (32 / pl.group);
+    const int64_t rows_per_cta = pl.threads / pl.group;
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
     pl.nparts = pl.grid;
   } else {
