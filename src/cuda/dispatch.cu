@@ -201,8 +201,9 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 16);
     /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
      * to 4 vectors a lane (at 8, 64 KB of stages a CTA hold the SM to three CTAs: sweep 16, 16-bit
-     * N = 2048 lost 9 points, fp32 N = 768-1024 2-6) and when each warp of a full grid (16 CTAs
-     * an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, 1-9 points lost). */
+     * N = 2048 lost 3-9 points, fp32 N = 768-1024 -6 to +1.5) and when each warp of a full grid
+     * (16 CTAs an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, most
+     * cells lost 0.4-9 points). */
     const int64_t full_grid_warps = (int64_t)dev.sm_count * 16 * (pl.threads / 32);
     pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
                 p->rows >= tn.fwd_staged_rows * full_grid_warps;
@@ -319,13 +320,13 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
   const Tuning tn = tuning();
+  /* Lanes a row in the warp tier at most: a warp, or (experimental) several on 16-byte rows. */
+  const int64_t warp_lanes =
+      vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4) ? 32 * (int64_t)tn.bwd_warps : 32;
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
    * better as 8 chunks of 512 than as 4 of 1024. */
-  /* Lanes a row in the warp tier at most: a warp, or (experimental) several on 16-byte rows. */
-  const int64_t warp_lanes =
-      vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4) ? 32 * (int64_t)tn.bwd_warps : 32;
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (nvec > warp_lanes * vpt || (tn.ring >= 2 && nvec >= 32)) &&
       plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
