@@ -197,16 +197,16 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       pl.group *= 2;
     three_per_lane(pl, nvec);
     pl.threads = 256;
-    const int64_t rows_per_cta = 8 * (32 / pl.group);
-    pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 16);
+    const int64_t rows_per_cta = pl.threads / pl.group;
+    const int64_t full_grid = (int64_t)dev.sm_count * 16; /* CTAs */
+    pl.grid = min64(ceil_div(p->rows, rows_per_cta), full_grid);
     /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
      * to 4 vectors a lane (at 8, 64 KB of stages a CTA hold the SM to three CTAs: sweep 16, 16-bit
      * N = 2048 lost 3-9 points, fp32 N = 768-1024 -6 to +1.5) and when each warp of a full grid
      * (16 CTAs an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, most
      * cells lost 0.4-9 points). */
-    const int64_t full_grid_warps = (int64_t)dev.sm_count * 16 * (pl.threads / 32);
     pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
-                p->rows >= tn.fwd_staged_rows * full_grid_warps;
+                p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
     return pl;
   }
   pl.tier = TIER_ROW;
