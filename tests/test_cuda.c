@@ -223,17 +223,19 @@ static void cuda_sizes(void) {
 
 static void cuda_rows(void) {
   static const int64_t rows[] = {1, 2, 3, 7, 64, 127, 1000, 4097};
-  static const int64_t cols[] = {64, 1024, 4097};
+  /* 1024 and 2048: the backward warp tier with a row over 2 and over 4 warps, whose CTAs get
+   * uneven rows when M is small. */
+  static const int64_t cols[] = {64, 1024, 2048, 4097};
   int r, s, v;
   group_begin("cuda-rows: M from 1 to 4097 (dgamma/dbeta reductions across blocks)");
-  for (s = 0; s < 3; s++)
+  for (s = 0; s < 4; s++)
     for (r = 0; r < 8; r++)
       for (v = 0; v < 2; v++) {
         tcase c = v == 0 ? tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32,
                                          rows[r], cols[s])
                          : tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows[r],
                                          cols[s]);
-        if (g_opt.quick && (rows[r] > 64 || s == 2))
+        if (g_opt.quick && (rows[r] > 64 || s == 3))
           continue;
         gpu_case("cuda", &c);
       }
@@ -273,10 +275,11 @@ static void cuda_options(void) {
 }
 
 static void cuda_layouts(void) {
-  static const int64_t sizes[] = {1, 7, 128, 1031, 4096, 32769};
+  /* 2048: the backward's row over 4 warps. */
+  static const int64_t sizes[] = {1, 7, 128, 1031, 2048, 4096, 32769};
   int s, k, q, v;
   group_begin("cuda-layouts: strided rows, pointers off 16-byte alignment, in place");
-  for (s = 0; s < 6; s++)
+  for (s = 0; s < 7; s++)
     for (q = 0; q < 2; q++)
       for (k = 0; k < N_COMBOS; k++) {
         int64_t n = sizes[s];
@@ -284,7 +287,7 @@ static void cuda_layouts(void) {
           tcase c = tcase_default(norms[q], combos[k].dtype, combos[k].param_dtype,
                                   rows_for(n, 1 << 17, 300), n);
           tcase_apply_layout(&c, v, 1);
-          if (g_opt.quick && (s == 5 || (k != 0 && k != 4) || v == 3 || v == 4))
+          if (g_opt.quick && (s == 6 || (k != 0 && k != 4) || v == 3 || v == 4))
             continue;
           gpu_case("cuda", &c);
           /* 4096 also with rows enough for the forward's CTA-per-row tier. */

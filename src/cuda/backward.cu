@@ -12,9 +12,10 @@
  * writes one partial row to the workspace. finalize_kernel then adds the partials in a fixed
  * order: no atomics anywhere, so the results are bitwise reproducible.
  *
- *  bwd_warp_kernel   rows of up to 32 * VPT vectors, GROUP lanes per row, accumulators in
- *                    registers (one partial per CTA); 16-byte rows arrive through a two-stage
- *                    cp.async ring in shared memory, a row ahead.
+ *  bwd_warp_kernel   rows of up to 32 * VPT vectors (16-byte rows: 128 * VPT, over up to 4
+ *                    warps), GROUP lanes per row, accumulators in registers (one partial per
+ *                    CTA); 16-byte rows arrive through a two-stage cp.async ring in shared
+ *                    memory, a row ahead.
  *  bwd_ring_kernel   sm_90, 16-byte vectors, longer rows up to 16 * 1024 vectors (131072
  *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
  *                    streamed through a ring of shared-memory stages by bulk copies, the
@@ -82,9 +83,9 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
 /* With 16-byte vectors each lane copies its own vectors of the next row into shared memory
  * with cp.async while it works on this one (STAGED), so a warp has two rows' loads in flight at
  * no register cost; a lane reads back only what it copied itself, so no barrier is needed.
- * GROUP lanes share a row: 4 to 32, or (experimental, tuning builds: FNORM_TUNE_BWD_WARPS) 64
- * or 128, the row's warps then adding their sums through shared memory behind a named barrier
- * of just those warps. */
+ * GROUP lanes share a row: 4 to 32, or on 16-byte rows 64 or 128, the row's warps then adding
+ * their sums through shared memory behind a named barrier of just those warps (no CTA-wide
+ * barrier a row, as the ring has). */
 template <typename T, typename P, int VEC, int GROUP, int VPT>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int EPT = VEC * VPT;
@@ -139,10 +140,13 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   if (first < a.rows)
     row_stats(a, first, nmu, nrs);
 
-  /* The loop bound is uniform across each warp and each row's warps, so every lane reaches
-   * every shuffle and barrier. */
-  for (int64_t base = span_id * ROWS_PER_SPAN; base < a.rows; base += step) {
-    const int64_t row = base + group_in_span;
+  /* The loop bound is uniform over the CTA (its first row), so every lane reaches every
+   * shuffle and barrier, and every warp passes as many named barriers as the others before the
+   * fold's CTA-wide ones (racecheck flagged the fold when the CTA's last spans had a row less
+   * than its first). A span past the last row runs its round with row_ok false. */
+  const int64_t cta_first = (int64_t)blockIdx.x * (blockDim.x / SPAN) * ROWS_PER_SPAN;
+  for (int64_t base = cta_first; base < a.rows; base += step) {
+    const int64_t row = base + (first - cta_first);
     const bool row_ok = row < a.rows;
     const float mu = nmu, rs = nrs;
     if (row + step < a.rows) /* the next row's mean and rstd, a row ahead like its data */
@@ -759,8 +763,7 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       case 4:
         k = bwd_warp_kernel<T, P, VEC, 4, VPT>;
         break;
-#ifdef FNORM_TUNING /* experimental: FNORM_TUNE_BWD_WARPS, 16-byte rows */
-      case 64:
+      case 64: /* 16-byte rows only: a row over 2 or 4 warps */
         if constexpr (VEC * sizeof(T) == 16)
           k = bwd_warp_kernel<T, P, VEC, 64, VPT>;
         break;
@@ -768,7 +771,6 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
         if constexpr (VEC * sizeof(T) == 16)
           k = bwd_warp_kernel<T, P, VEC, 128, VPT>;
         break;
-#endif
       default:
         break;
       }
@@ -779,7 +781,18 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
     size_t smem = (size_t)plan.threads * VPT * VEC * sizeof(float);
     if constexpr (VEC * sizeof(T) == 16)
       smem = (size_t)plan.threads * 4 * VPT * 16; /* 2 stages x 2 arrays, >= the fold's */
-    return launch_kernel(k, plan.grid, plan.threads, smem, 1, stream, a);
+    /* The CTAs loop over their rows, so more than fit at once (registers allow 2 an SM) only
+     * make a second wave and more partial rows to write and add. */
+    int64_t grid = plan.grid;
+    if (plan.resident) {
+      const fnorm_status st = kernel_attributes(k, smem, 1) != FNORM_SUCCESS
+                                  ? FNORM_ERR_CUDA
+                                  : persistent_units(k, plan.threads, smem, 1, plan.grid, &grid);
+      if (st != FNORM_SUCCESS)
+        return st;
+      a.nparts = grid;
+    }
+    return launch_kernel(k, grid, plan.threads, smem, 1, stream, a);
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = bwd_reg_vpt(VEC);

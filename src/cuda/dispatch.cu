@@ -91,8 +91,9 @@ struct Tuning {
   int cap;             /* vectors a CTA, preferably at most (a cluster beyond) */
   int cap_4k;          /* the same for rows of 2049-4096 vectors */
   int min_rows;        /* rows a persistent CTA (or cluster) gets at least, when M is small */
-  int bwd_warps;       /* backward warp tier: warps a row at most (1; 2 or 4 experimental, tuning
-                          builds only), rows of up to 512 x bwd_warps 16-byte vectors' elements */
+  int bwd_warps;       /* backward warp tier: warps a row at most on 16-byte rows (1, 2 or 4) */
+  int bwd_fill4;       /* ... 16-bit rows take 4 warps only past this many sixteenths of them */
+  int bwd_resident;    /* ... 1: its grid at most the CTAs resident at once, 0: 4 an SM */
   int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
@@ -111,7 +112,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 1, 1, 32, 16, 1, 4, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 4, 15, 1, 1, 32, 16, 1, 4, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -124,6 +125,8 @@ Tuning tuning() {
   t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
   t.fwd_ept_ln32 = tune_knob("FNORM_TUNE_FWD_EPT_LN32", t.fwd_ept_ln32);
   t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
+  t.bwd_fill4 = tune_knob("FNORM_TUNE_BWD_FILL4", t.bwd_fill4);
+  t.bwd_resident = tune_knob("FNORM_TUNE_BWD_RESIDENT", t.bwd_resident);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
 #endif
@@ -320,9 +323,16 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
   const Tuning tn = tuning();
-  /* Lanes a row in the warp tier at most: a warp, or (experimental) several on 16-byte rows. */
-  const int64_t warp_lanes =
-      vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4) ? 32 * (int64_t)tn.bwd_warps : 32;
+  /* Lanes a row in the warp tier at most: 16-byte rows may span 2 or 4 warps. Sweeps 20-21
+   * (H200, 2^27 elements), against the ring: 2 warps +3 to +9 points (16-bit N = 640 and 1024,
+   * fp32 640-1024), even at 16-bit 768; 4 warps +1 to +8 for fp32 N = 1152-2048 and +2 to +3
+   * for 16-bit 2048, but 1 to 15 points behind for 16-bit rows that fill them partly (N =
+   * 1152-1920), which stay with the ring (bwd_fill4). */
+  int64_t warp_lanes = 32;
+  if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4))
+    warp_lanes = 32 * (int64_t)tn.bwd_warps;
+  if (warp_lanes == 128 && dtype_bytes(p->dtype) == 2 && 16 * nvec <= tn.bwd_fill4 * 128 * vpt)
+    warp_lanes = 64;
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
@@ -350,7 +360,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.threads = 256;
     const int64_t rows_per_cta = pl.threads / pl.group;
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
-    pl.nparts = pl.grid;
+    pl.nparts = pl.grid; /* the launch may take fewer (resident) */
+    pl.resident = tn.bwd_resident;
   } else {
     pl = Plan{};
     pl.vec = vec;

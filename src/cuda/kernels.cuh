@@ -41,7 +41,7 @@ struct BwdParams {
 
 /* Tiers, by row length: */
 enum Tier {
-  TIER_WARP = 1,   /* a group of 4..32 lanes per row, the row in registers, several rows a warp */
+  TIER_WARP = 1,   /* 4..32 lanes a row (backward: up to 4 warps), the row in registers */
   TIER_ROW = 2,    /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row, each CTA owning a chunk
                       of it (Mode says where the chunk lives) */
   TIER_STREAM = 3, /* backward only: rows of any length, in column blocks over several kernels */
@@ -71,6 +71,7 @@ struct Plan {
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
+  int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
