@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
   constexpr int ROWS_PER_SPAN = SPAN / GROUP;
   constexpr int WARPS_PER_ROW = SPAN / 32;
-  static_assert(GROUP <= 256 && 256 % GROUP == 0, "a row's lanes within the CTA");
+  static_assert(GROUP <= 128 && 256 % GROUP == 0, "a row's lanes within the CTA");
   __shared__ float xchg[2][WARPS_PER_ROW > 1 ? 8 : 1][2]; /* [row parity][warp in CTA][sum] */
   int parity = 0;
   constexpr bool STAGED = VEC * sizeof(T) == 16;
@@ -771,12 +771,6 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
         if constexpr (VEC * sizeof(T) == 16)
           k = bwd_warp_kernel<T, P, VEC, 128, VPT>;
         break;
-#ifdef FNORM_TUNING /* experimental: a row over the CTA's 8 warps (FNORM_TUNE_BWD_WARPS=8) */
-      case 256:
-        if constexpr (VEC * sizeof(T) == 16)
-          k = bwd_warp_kernel<T, P, VEC, 256, VPT>;
-        break;
-#endif
       default:
         break;
       }

@@ -329,11 +329,10 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * for 16-bit 2048, but 1 to 15 points behind for 16-bit rows that fill them partly (N =
    * 1152-1920), which stay with the ring (bwd_fill4). */
   int64_t warp_lanes = 32;
-  if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4 || tn.bwd_warps == 8))
+  if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4))
     warp_lanes = 32 * (int64_t)tn.bwd_warps;
-  while (warp_lanes >= 128 && dtype_bytes(p->dtype) == 2 && nvec > warp_lanes / 2 * vpt &&
-         16 * nvec <= tn.bwd_fill4 * warp_lanes * vpt)
-    warp_lanes /= 2;
+  if (warp_lanes == 128 && dtype_bytes(p->dtype) == 2 && 16 * nvec <= tn.bwd_fill4 * 128 * vpt)
+    warp_lanes = 64;
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
