@@ -86,7 +86,7 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
  * GROUP lanes share a row: 4 to 32, or on 16-byte rows 64 or 128, the row's warps then adding
  * their sums through shared memory behind a named barrier of just those warps (no CTA-wide
  * barrier a row, as the ring has). */
-template <typename T, typename P, int VEC, int GROUP, int VPT, int NSTAGE = 2>
+template <typename T, typename P, int VEC, int GROUP, int VPT>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
@@ -132,13 +132,11 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       }
     cp_async_commit();
   };
-  int stg = 0; /* the stage this row is in; the next NSTAGE - 2 rows are in the ones after it */
+  int stg = 0; /* the stage this row is in */
   float nmu = 0.f, nrs = 0.f;
   const int64_t first = span_id * ROWS_PER_SPAN + group_in_span;
   if constexpr (STAGED)
-#pragma unroll
-    for (int s = 0; s < NSTAGE - 1; ++s)
-      issue(s, first + s * step);
+    issue(0, first);
   if (first < a.rows)
     row_stats(a, first, nmu, nrs);
 
@@ -154,9 +152,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     if (row + step < a.rows) /* the next row's mean and rstd, a row ahead like its data */
       row_stats(a, row + step, nmu, nrs);
     if constexpr (STAGED) {
-      /* Into the stage this lane read last (its own copies only, so no barrier). */
-      issue(NSTAGE == 2 ? stg ^ 1 : (stg == 0 ? NSTAGE - 1 : stg - 1), row + (NSTAGE - 1) * step);
-      cp_async_wait(NSTAGE - 1); /* this row's group has landed */
+      issue(stg ^ 1, row + step);
+      cp_async_wait(1); /* this row's group has landed */
     }
     float d[EPT], xh[EPT], g[EPT];
     float sums[2] = {0.f, 0.f};
@@ -185,7 +182,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           d[k * VEC + e] = xh[k * VEC + e] = g[k * VEC + e] = 0.f;
       }
     }
-    stg = NSTAGE == 2 ? stg ^ 1 : (stg + 1 == NSTAGE ? 0 : stg + 1);
+    stg ^= 1;
     float gx[EPT];
 #pragma unroll
     for (int j = 0; j < EPT; ++j)
@@ -752,27 +749,7 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;
     void (*k)(BwdParams) = nullptr;
-#ifdef FNORM_TUNING /* experimental: 3 stages (FNORM_TUNE_BWD_WARP_STAGES=3), 16-byte rows */
-    if constexpr (VEC * sizeof(T) == 16)
-      if (plan.vpt == VPT && plan.nbuf == 3)
-        switch (plan.group) {
-        case 128:
-          k = bwd_warp_kernel<T, P, VEC, 128, VPT, 3>;
-          break;
-        case 64:
-          k = bwd_warp_kernel<T, P, VEC, 64, VPT, 3>;
-          break;
-        case 32:
-          k = bwd_warp_kernel<T, P, VEC, 32, VPT, 3>;
-          break;
-        case 16:
-          k = bwd_warp_kernel<T, P, VEC, 16, VPT, 3>;
-          break;
-        default:
-          break;
-        }
-#endif
-    if (plan.vpt == VPT && plan.nbuf != 3) {
+    if (plan.vpt == VPT) {
       switch (plan.group) {
       case 32:
         k = bwd_warp_kernel<T, P, VEC, 32, VPT>;
@@ -802,8 +779,8 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       return FNORM_ERR_UNSUPPORTED;
     /* Two stages of dy and x for 16-byte vectors; the fold of the accumulators reuses them. */
     size_t smem = (size_t)plan.threads * VPT * VEC * sizeof(float);
-    if constexpr (VEC * sizeof(T) == 16) /* stages x 2 arrays, >= the fold's */
-      smem = (size_t)plan.threads * 2 * (plan.nbuf == 3 ? 3 : 2) * VPT * 16;
+    if constexpr (VEC * sizeof(T) == 16)
+      smem = (size_t)plan.threads * 4 * VPT * 16; /* 2 stages x 2 arrays, >= the fold's */
     /* The CTAs loop over their rows, so more than fit at once (registers allow 2 an SM) only
      * make a second wave and more partial rows to write and add. */
     int64_t grid = plan.grid;

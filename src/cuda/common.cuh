@@ -117,12 +117,9 @@ __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
-/* Wait until at most `pending` (0, 1 or 2; a constant) of this thread's committed groups are
- * in flight. */
+/* Wait until at most `pending` (0 or 1) of this thread's committed groups are in flight. */
 __device__ __forceinline__ void cp_async_wait(int pending) {
-  if (pending >= 2)
-    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-  else if (pending == 1)
+  if (pending)
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
   else
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");

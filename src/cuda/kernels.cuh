@@ -69,8 +69,7 @@ struct Plan {
   int cluster_rows; /* TIER_ROW backward: rows a cluster works on at once (cluster of
                        cluster * cluster_rows CTAs) */
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
-  int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work;
-                       ring: stages; TIER_WARP backward: stages of 16-byte rows (2, or 3) */
+  int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
   int threads;      /* CTA size */
