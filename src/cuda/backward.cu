@@ -86,7 +86,7 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
  * GROUP lanes share a row: 4 to 32, or on 16-byte rows 64 or 128, the row's warps then adding
  * their sums through shared memory behind a named barrier of just those warps (no CTA-wide
  * barrier a row, as the ring has). */
-template <typename T, typename P, int VEC, int GROUP, int VPT>
+template <typename T, typename P, int VEC, int GROUP, int VPT, bool PARAM_SMEM = false>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
@@ -132,6 +132,18 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       }
     cp_async_commit();
   };
+  /* PARAM_SMEM (experimental, 16-byte rows): gamma (and beta, from y) as fp32 in shared memory
+   * after the stages, read there for every row instead of from global memory. */
+  [[maybe_unused]] float *sparam =
+      reinterpret_cast<float *>(dyn_smem + (size_t)4 * VPT * blockDim.x * 16);
+  if constexpr (PARAM_SMEM) {
+    for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
+      sparam[c] = gamma ? to_f32(gamma[c]) : 1.f;
+      if (a.from_y)
+        sparam[a.cols + c] = beta ? to_f32(beta[c]) : 0.f;
+    }
+    __syncthreads();
+  }
   int stg = 0; /* the stage this row is in */
   float nmu = 0.f, nrs = 0.f;
   const int64_t first = span_id * ROWS_PER_SPAN + group_in_span;
@@ -173,8 +185,23 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           load_stream_f32<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
           load_stream_f32<T, VEC>(xy + row * a.xy_stride + col, xv);
         }
-        load_param<P, VEC>(gamma, col, 1.f, gm);
-        load_param<P, VEC>(a.from_y ? beta : nullptr, col, 0.f, bt);
+        if constexpr (PARAM_SMEM) {
+          static_assert(VEC % 4 == 0, "16-byte rows");
+#pragma unroll
+          for (int q = 0; q < VEC / 4; ++q) {
+            const float4 gv = *reinterpret_cast<const float4 *>(sparam + col + 4 * q);
+            gm[4 * q] = gv.x, gm[4 * q + 1] = gv.y, gm[4 * q + 2] = gv.z, gm[4 * q + 3] = gv.w;
+            if (a.from_y) {
+              const float4 bv = *reinterpret_cast<const float4 *>(sparam + a.cols + col + 4 * q);
+              bt[4 * q] = bv.x, bt[4 * q + 1] = bv.y, bt[4 * q + 2] = bv.z, bt[4 * q + 3] = bv.w;
+            } else {
+              bt[4 * q] = bt[4 * q + 1] = bt[4 * q + 2] = bt[4 * q + 3] = 0.f;
+            }
+          }
+        } else {
+          load_param<P, VEC>(gamma, col, 1.f, gm);
+          load_param<P, VEC>(a.from_y ? beta : nullptr, col, 0.f, bt);
+        }
         bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, a.from_y, &xh[k * VEC], &g[k * VEC]);
       } else {
 #pragma unroll
@@ -724,6 +751,30 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+#ifdef FNORM_TUNING
+/* The experimental warp-tier kernel reading gamma/beta from shared memory, for `group` lanes a
+ * row of 16-byte vectors (null for other group sizes). */
+template <typename T, typename P, int VEC, int VPT>
+static void (*warp_kernel_param_smem(int group))(BwdParams) {
+  switch (group) {
+  case 4:
+    return bwd_warp_kernel<T, P, VEC, 4, VPT, true>;
+  case 8:
+    return bwd_warp_kernel<T, P, VEC, 8, VPT, true>;
+  case 16:
+    return bwd_warp_kernel<T, P, VEC, 16, VPT, true>;
+  case 32:
+    return bwd_warp_kernel<T, P, VEC, 32, VPT, true>;
+  case 64:
+    return bwd_warp_kernel<T, P, VEC, 64, VPT, true>;
+  case 128:
+    return bwd_warp_kernel<T, P, VEC, 128, VPT, true>;
+  default:
+    return nullptr;
+  }
+}
+#endif
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws,
                                         cudaStream_t stream) {
@@ -775,12 +826,19 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
         break;
       }
     }
+#ifdef FNORM_TUNING /* experimental: FNORM_TUNE_BWD_PARAM_SMEM=1, 16-byte rows */
+    if constexpr (VEC * sizeof(T) == 16)
+      if (plan.vpt == VPT && plan.param_smem)
+        k = warp_kernel_param_smem<T, P, VEC, VPT>(plan.group);
+#endif
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
     /* Two stages of dy and x for 16-byte vectors; the fold of the accumulators reuses them. */
     size_t smem = (size_t)plan.threads * VPT * VEC * sizeof(float);
     if constexpr (VEC * sizeof(T) == 16)
       smem = (size_t)plan.threads * 4 * VPT * 16; /* 2 stages x 2 arrays, >= the fold's */
+    if (plan.param_smem)
+      smem += (size_t)(a.from_y ? 2 : 1) * a.cols * sizeof(float);
     /* The CTAs loop over their rows, so more than fit at once (registers allow 2 an SM) only
      * make a second wave and more partial rows to write and add. */
     int64_t grid = plan.grid;

@@ -94,6 +94,7 @@ struct Tuning {
   int bwd_warps;       /* backward warp tier: warps a row at most on 16-byte rows (1, 2 or 4) */
   int bwd_fill4;       /* ... 16-bit rows take 4 warps only past this many sixteenths of them */
   int bwd_resident;    /* ... 1: its grid at most the CTAs resident at once, 0: 4 an SM */
+  int bwd_param_smem;  /* ... 1 (experimental): gamma/beta read from shared memory, 0: global */
   int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
@@ -112,7 +113,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 4, 15, 1, 1, 32, 16, 1, 4, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 4, 15, 1, 0, 1, 32, 16, 1, 4, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -127,6 +128,7 @@ Tuning tuning() {
   t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
   t.bwd_fill4 = tune_knob("FNORM_TUNE_BWD_FILL4", t.bwd_fill4);
   t.bwd_resident = tune_knob("FNORM_TUNE_BWD_RESIDENT", t.bwd_resident);
+  t.bwd_param_smem = tune_knob("FNORM_TUNE_BWD_PARAM_SMEM", t.bwd_param_smem);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
 #endif
@@ -362,6 +364,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
     pl.nparts = pl.grid; /* the launch may take fewer (resident) */
     pl.resident = tn.bwd_resident;
+    pl.param_smem = vbytes == 16 && tn.bwd_param_smem == 1;
   } else {
     pl = Plan{};
     pl.vec = vec;
