@@ -751,29 +751,31 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-#ifdef FNORM_TUNING
-/* The experimental warp-tier kernel reading gamma/beta from shared memory, for `group` lanes a
- * row of 16-byte vectors (null for other group sizes). */
-template <typename T, typename P, int VEC, int VPT>
-static void (*warp_kernel_param_smem(int group))(BwdParams) {
+/* The warp tier's kernel for `group` lanes a row (nullptr if none: a row over 2 or 4 warps, 64
+ * or 128 lanes, needs 16-byte vectors); PARAM_SMEM selects the experimental form. */
+template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM>
+static void (*bwd_warp_group(int group))(BwdParams) {
   switch (group) {
-  case 4:
-    return bwd_warp_kernel<T, P, VEC, 4, VPT, true>;
-  case 8:
-    return bwd_warp_kernel<T, P, VEC, 8, VPT, true>;
-  case 16:
-    return bwd_warp_kernel<T, P, VEC, 16, VPT, true>;
   case 32:
-    return bwd_warp_kernel<T, P, VEC, 32, VPT, true>;
+    return bwd_warp_kernel<T, P, VEC, 32, VPT, PARAM_SMEM>;
+  case 16:
+    return bwd_warp_kernel<T, P, VEC, 16, VPT, PARAM_SMEM>;
+  case 8:
+    return bwd_warp_kernel<T, P, VEC, 8, VPT, PARAM_SMEM>;
+  case 4:
+    return bwd_warp_kernel<T, P, VEC, 4, VPT, PARAM_SMEM>;
   case 64:
-    return bwd_warp_kernel<T, P, VEC, 64, VPT, true>;
+    if constexpr (VEC * sizeof(T) == 16)
+      return bwd_warp_kernel<T, P, VEC, 64, VPT, PARAM_SMEM>;
+    return nullptr;
   case 128:
-    return bwd_warp_kernel<T, P, VEC, 128, VPT, true>;
+    if constexpr (VEC * sizeof(T) == 16)
+      return bwd_warp_kernel<T, P, VEC, 128, VPT, PARAM_SMEM>;
+    return nullptr;
   default:
     return nullptr;
   }
 }
-#endif
 
 template <typename T, typename P, int VEC>
 static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws,
@@ -799,37 +801,12 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
   }
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;
-    void (*k)(BwdParams) = nullptr;
-    if (plan.vpt == VPT) {
-      switch (plan.group) {
-      case 32:
-        k = bwd_warp_kernel<T, P, VEC, 32, VPT>;
-        break;
-      case 16:
-        k = bwd_warp_kernel<T, P, VEC, 16, VPT>;
-        break;
-      case 8:
-        k = bwd_warp_kernel<T, P, VEC, 8, VPT>;
-        break;
-      case 4:
-        k = bwd_warp_kernel<T, P, VEC, 4, VPT>;
-        break;
-      case 64: /* 16-byte rows only: a row over 2 or 4 warps */
-        if constexpr (VEC * sizeof(T) == 16)
-          k = bwd_warp_kernel<T, P, VEC, 64, VPT>;
-        break;
-      case 128:
-        if constexpr (VEC * sizeof(T) == 16)
-          k = bwd_warp_kernel<T, P, VEC, 128, VPT>;
-        break;
-      default:
-        break;
-      }
-    }
+    void (*k)(BwdParams) =
+        plan.vpt == VPT ? bwd_warp_group<T, P, VEC, VPT, false>(plan.group) : nullptr;
 #ifdef FNORM_TUNING /* experimental: FNORM_TUNE_BWD_PARAM_SMEM=1, 16-byte rows */
     if constexpr (VEC * sizeof(T) == 16)
       if (plan.vpt == VPT && plan.param_smem)
-        k = warp_kernel_param_smem<T, P, VEC, VPT>(plan.group);
+        k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group);
 #endif
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
