@@ -121,15 +121,16 @@ static void gpu_forward_case(const char *group, const tcase *c) {
 }
 
 static const int64_t sizes_full[] = {
-    1,     2,      3,      4,      5,      6,           7,     8,     31,    32,    33,
-    63,    64,     65,     96,     127,    128,         192,   129,   255,   256,   257,
-    383,   384,    511,    512,    513,    767,         768,   1023,  1024,  1025,  1536,
-    2047,  2048,   2049,   3000,   4095,   4096,        4097,  5120,  6143,  8191,  8192,
-    8193,  12289,  16383,  16384,  16385,  24577,       32767, 32768, 32769, 65535, 65536,
-    65537, 131071, 262144, 262147, 802816, 1048576 + 7, 32776};
+    1,     2,     3,     4,     5,      6,      7,      8,      31,          32,    33,
+    63,    64,    65,    96,    127,    128,    192,    129,    255,         256,   257,
+    383,   384,   511,   512,   513,    767,    768,    1023,   1024,        1025,  1280,
+    1536,  2047,  2048,  2049,  2304,   3000,   3072,   4095,   4096,        4097,  5120,
+    6143,  8191,  8192,  8193,  12289,  16383,  16384,  16385,  24577,       32767, 32768,
+    32769, 65535, 65536, 65537, 131071, 262144, 262147, 802816, 1048576 + 7, 32776};
 /* Odd lengths take the one-element paths, multiples of 8 the 16-byte vector paths (and on
  * sm_90 the bulk-copy ring tier, a cluster per row from 16384 on); 802816 fp32 the streaming
- * forward, bf16 the staged one. */
+ * forward, bf16 the staged one. 1280, 1536, 2304 and 3072 fill the backward's 4 or 8 warps a
+ * row partly (or, 16-bit 2304, go to the ring instead). */
 static const int64_t sizes_quick[] = {1,    7,     33,    128,   257,    1024,   1025,  4096,
                                       4097, 16384, 16385, 65537, 262144, 262147, 802816};
 
@@ -223,19 +224,19 @@ static void cuda_sizes(void) {
 
 static void cuda_rows(void) {
   static const int64_t rows[] = {1, 2, 3, 7, 64, 127, 1000, 4097};
-  /* 1024 and 2048: the backward warp tier with a row over 2 and over 4 warps, whose CTAs get
-   * uneven rows when M is small. */
-  static const int64_t cols[] = {64, 1024, 2048, 4097};
+  /* 1024, 2048 and 4096: the backward warp tier with a row over 2, 4 and 8 warps, whose CTAs
+   * get uneven rows when M is small. */
+  static const int64_t cols[] = {64, 1024, 2048, 4096, 4097};
   int r, s, v;
   group_begin("cuda-rows: M from 1 to 4097 (dgamma/dbeta reductions across blocks)");
-  for (s = 0; s < 4; s++)
+  for (s = 0; s < 5; s++)
     for (r = 0; r < 8; r++)
       for (v = 0; v < 2; v++) {
         tcase c = v == 0 ? tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32,
                                          rows[r], cols[s])
                          : tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows[r],
                                          cols[s]);
-        if (g_opt.quick && (rows[r] > 64 || s == 3))
+        if (g_opt.quick && (rows[r] > 64 || s == 4))
           continue;
         gpu_case("cuda", &c);
       }
@@ -275,7 +276,7 @@ static void cuda_options(void) {
 }
 
 static void cuda_layouts(void) {
-  /* 2048: the backward's row over 4 warps. */
+  /* 2048 and 4096: the backward's row over 4 and over 8 warps. */
   static const int64_t sizes[] = {1, 7, 128, 1031, 2048, 4096, 32769};
   int s, k, q, v;
   group_begin("cuda-layouts: strided rows, pointers off 16-byte alignment, in place");

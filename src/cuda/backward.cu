@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
   constexpr int ROWS_PER_SPAN = SPAN / GROUP;
   constexpr int WARPS_PER_ROW = SPAN / 32;
-  static_assert(GROUP <= 128 && 256 % GROUP == 0, "a row's lanes within the CTA");
+  static_assert(GROUP <= 256 && 256 % GROUP == 0, "a row's lanes within the CTA");
   __shared__ float xchg[2][WARPS_PER_ROW > 1 ? 8 : 1][2]; /* [row parity][warp in CTA][sum] */
   int parity = 0;
   constexpr bool STAGED = VEC * sizeof(T) == 16;
@@ -132,8 +132,10 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       }
     cp_async_commit();
   };
-  /* PARAM_SMEM (experimental, 16-byte rows): gamma (and beta, from y) as fp32 in shared memory
-   * after the stages, read there for every row instead of from global memory. */
+  /* PARAM_SMEM (16-byte rows): gamma (and beta, from y) as fp32 in shared memory after the
+   * stages, filled once a CTA and read there for every row instead of from global memory: ncu
+   * showed the global reads' latency (long-scoreboard stalls) holding the rows back, and
+   * sweep 26 (H200) measured +5 to +15 points at N = 768-2048. */
   [[maybe_unused]] float *sparam =
       reinterpret_cast<float *>(dyn_smem + (size_t)4 * VPT * blockDim.x * 16);
   if constexpr (PARAM_SMEM) {
@@ -751,26 +753,43 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-/* The warp tier's kernel for `group` lanes a row (nullptr if none: a row over 2 or 4 warps, 64
- * or 128 lanes, needs 16-byte vectors); PARAM_SMEM selects the experimental form. */
+/* The warp tier's kernel for `group` lanes a row (nullptr if none). Rows over 2, 4 or 8 warps
+ * (64, 128 or 256 lanes) need 16-byte vectors. 16-byte rows of a warp or more read gamma/beta from
+ * shared memory (PARAM_SMEM, sweep 26); tuning builds also keep their global-memory form, to
+ * compare (FNORM_TUNE_BWD_PARAM_SMEM=0). Shorter rows and rows of single elements read global
+ * memory. */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM>
 static void (*bwd_warp_group(int group))(BwdParams) {
+  constexpr bool WIDE = VEC * sizeof(T) == 16;
+  constexpr bool FULL = PARAM_SMEM || !WIDE || kTuningBuild; /* a form for rows of a warp+ */
   switch (group) {
-  case 32:
-    return bwd_warp_kernel<T, P, VEC, 32, VPT, PARAM_SMEM>;
-  case 16:
-    return bwd_warp_kernel<T, P, VEC, 16, VPT, PARAM_SMEM>;
-  case 8:
-    return bwd_warp_kernel<T, P, VEC, 8, VPT, PARAM_SMEM>;
   case 4:
-    return bwd_warp_kernel<T, P, VEC, 4, VPT, PARAM_SMEM>;
+    if constexpr (!PARAM_SMEM)
+      return bwd_warp_kernel<T, P, VEC, 4, VPT, false>;
+    return nullptr;
+  case 8:
+    if constexpr (!PARAM_SMEM)
+      return bwd_warp_kernel<T, P, VEC, 8, VPT, false>;
+    return nullptr;
+  case 16:
+    if constexpr (!PARAM_SMEM)
+      return bwd_warp_kernel<T, P, VEC, 16, VPT, false>;
+    return nullptr;
+  case 32:
+    if constexpr (FULL)
+      return bwd_warp_kernel<T, P, VEC, 32, VPT, PARAM_SMEM>;
+    return nullptr;
   case 64:
-    if constexpr (VEC * sizeof(T) == 16)
+    if constexpr (WIDE && FULL)
       return bwd_warp_kernel<T, P, VEC, 64, VPT, PARAM_SMEM>;
     return nullptr;
   case 128:
-    if constexpr (VEC * sizeof(T) == 16)
+    if constexpr (WIDE && FULL)
       return bwd_warp_kernel<T, P, VEC, 128, VPT, PARAM_SMEM>;
+    return nullptr;
+  case 256:
+    if constexpr (WIDE && FULL)
+      return bwd_warp_kernel<T, P, VEC, 256, VPT, true>;
     return nullptr;
   default:
     return nullptr;
@@ -801,13 +820,12 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
   }
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;
-    void (*k)(BwdParams) =
-        plan.vpt == VPT ? bwd_warp_group<T, P, VEC, VPT, false>(plan.group) : nullptr;
-#ifdef FNORM_TUNING /* experimental: FNORM_TUNE_BWD_PARAM_SMEM=1, 16-byte rows */
+    void (*k)(BwdParams) = nullptr;
+    if (plan.vpt == VPT && !plan.param_smem)
+      k = bwd_warp_group<T, P, VEC, VPT, false>(plan.group);
     if constexpr (VEC * sizeof(T) == 16)
       if (plan.vpt == VPT && plan.param_smem)
         k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group);
-#endif
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
     /* Two stages of dy and x for 16-byte vectors; the fold of the accumulators reuses them. */

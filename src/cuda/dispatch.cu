@@ -93,8 +93,10 @@ struct Tuning {
   int min_rows;        /* rows a persistent CTA (or cluster) gets at least, when M is small */
   int bwd_warps;       /* backward warp tier: warps a row at most on 16-byte rows (1, 2 or 4) */
   int bwd_fill4;       /* ... 16-bit rows take 4 warps only past this many sixteenths of them */
+  int bwd_fill8;       /* ... and 8 warps only past this many sixteenths of them */
   int bwd_resident;    /* ... 1: its grid at most the CTAs resident at once, 0: 4 an SM */
-  int bwd_param_smem;  /* ... 1 (experimental): gamma/beta read from shared memory, 0: global */
+  int bwd_param_smem;  /* ... 1: rows of a warp or more read gamma/beta from shared memory, 0:
+                          all from global memory (tuning builds only) */
   int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
@@ -113,7 +115,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 4, 15, 1, 0, 1, 32, 16, 1, 4, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 32, 16, 1, 4, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -127,6 +129,7 @@ Tuning tuning() {
   t.fwd_ept_ln32 = tune_knob("FNORM_TUNE_FWD_EPT_LN32", t.fwd_ept_ln32);
   t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
   t.bwd_fill4 = tune_knob("FNORM_TUNE_BWD_FILL4", t.bwd_fill4);
+  t.bwd_fill8 = tune_knob("FNORM_TUNE_BWD_FILL8", t.bwd_fill8);
   t.bwd_resident = tune_knob("FNORM_TUNE_BWD_RESIDENT", t.bwd_resident);
   t.bwd_param_smem = tune_knob("FNORM_TUNE_BWD_PARAM_SMEM", t.bwd_param_smem);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
@@ -325,22 +328,29 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
   const Tuning tn = tuning();
-  /* Lanes a row in the warp tier at most: 16-byte rows may span 2 or 4 warps. Sweeps 20-21
-   * (H200, 2^27 elements), against the ring: 2 warps +3 to +9 points (16-bit N = 640 and 1024,
-   * fp32 640-1024), even at 16-bit 768; 4 warps +1 to +8 for fp32 N = 1152-2048 and +2 to +3
-   * for 16-bit 2048, but 1 to 15 points behind for 16-bit rows that fill them partly (N =
-   * 1152-1920), which stay with the ring (bwd_fill4). */
-  int64_t warp_lanes = 32;
-  if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4))
-    warp_lanes = 32 * (int64_t)tn.bwd_warps;
-  if (warp_lanes == 128 && dtype_bytes(p->dtype) == 2 && 16 * nvec <= tn.bwd_fill4 * 128 * vpt)
-    warp_lanes = 64;
+  /* The warp tier: a row over `lanes` lanes (a power of two, 4 to 256), 16 elements each.
+   * 16-byte rows may span 2, 4 or 8 warps (bwd_warps). Sweeps 20-21 (H200, 2^27 elements,
+   * against the ring): 2 warps +3 to +9 points at N = 640-1024, 4 warps +1 to +8 for fp32 N =
+   * 1152-2048. Sweep 27, gamma/beta from shared memory (sweep 26): 8 warps +5 to +10 points for
+   * fp32 N = 2304-4096 and +5 to +16 for 16-bit 3072-4096. 16-bit rows that fill their warps
+   * only partly do worse: sweep 27 had 4 warps 2 to 19 points ahead at N = 1280-1920 (10/16 of
+   * the lanes or more) but 5 behind at 1152 (9/16), and 8 warps 3 to 7 behind at 2304-2560
+   * (up to 10/16); such rows stay with the ring (bwd_fill4, bwd_fill8 sixteenths). */
+  int64_t lanes = 4;
+  while (lanes * vpt < nvec)
+    lanes *= 2;
+  int64_t max_lanes = 32;
+  if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4 || tn.bwd_warps == 8))
+    max_lanes = 32 * (int64_t)tn.bwd_warps;
+  const int64_t fill = lanes == 128 ? tn.bwd_fill4 : lanes == 256 ? tn.bwd_fill8 : 0;
+  const bool warp_fits =
+      lanes <= max_lanes && !(dtype_bytes(p->dtype) == 2 && 16 * nvec <= fill * lanes * vpt);
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
    * better as 8 chunks of 512 than as 4 of 1024. */
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
-      (nvec > warp_lanes * vpt || (tn.ring >= 2 && nvec >= 32)) &&
+      (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
       plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
                 nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev)) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
@@ -349,14 +359,12 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
                                           (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 2048)));
     pl.nparts = max64(
         1, min64(ceil_div(p->rows, max64(1, tn.min_rows)), per_sm * dev.sm_count / pl.cluster));
-  } else if (nvec <= warp_lanes * vpt) {
+  } else if (warp_fits) {
     pl = Plan{};
     pl.vec = vec;
     pl.tier = TIER_WARP;
     pl.vpt = vpt;
-    pl.group = 4;
-    while (pl.group < warp_lanes && (int64_t)pl.group * vpt < nvec)
-      pl.group *= 2;
+    pl.group = (int)lanes;
     /* (Not three_per_lane: 24 elements a lane spill the backward's registers; measured 60% ->
      * 46% of the copy at 384 bf16 elements.) */
     pl.threads = 256;
@@ -364,7 +372,9 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
     pl.nparts = pl.grid; /* the launch may take fewer (resident) */
     pl.resident = tn.bwd_resident;
-    pl.param_smem = vbytes == 16 && tn.bwd_param_smem == 1;
+    /* gamma/beta from shared memory: sweep 26 (H200, 2^27 elements) +5 to +15 points at N =
+     * 768-2048, +1 to +2 at fp32 512-768, but -1 to -2 at 16-bit 256 (a row of 16 lanes). */
+    pl.param_smem = vbytes == 16 && pl.group >= 32 && tn.bwd_param_smem == 1;
   } else {
     pl = Plan{};
     pl.vec = vec;

@@ -60,6 +60,14 @@ enum Mode {
                       its chunk twice, statistics then y */
 };
 
+/* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,
+ * experimental kernels built); never in a release build. */
+#ifdef FNORM_TUNING
+constexpr bool kTuningBuild = true;
+#else
+constexpr bool kTuningBuild = false;
+#endif
+
 struct Plan {
   int tier;
   int vec;          /* elements per access: 16 / sizeof(T) on the vector path, else 1 */
@@ -72,8 +80,7 @@ struct Plan {
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
-  int param_smem;   /* TIER_WARP backward, experimental (tuning builds): gamma/beta in shared memory
-                     */
+  int param_smem;   /* TIER_WARP backward: gamma/beta read from shared memory (16-byte rows) */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
