@@ -144,7 +144,7 @@ Tuning tuning() {
  * 16 CTAs a row, or fewer than two stages). */
 bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int stages,
                int max_threads, int64_t cap, const DeviceInfo &dev) {
-  if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1)
+  if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1 || nvec < 1)
     return false;
   const int64_t stage_per_vec = 16 * (int64_t)arrays;
   const int64_t most = (int64_t)kRingVpt * min64(max_threads, kMaxThreads);
@@ -343,8 +343,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4 || tn.bwd_warps == 8))
     max_lanes = 32 * (int64_t)tn.bwd_warps;
   const int64_t fill = lanes == 128 ? tn.bwd_fill4 : lanes == 256 ? tn.bwd_fill8 : 0;
-  const bool warp_fits =
-      lanes <= max_lanes && !(dtype_bytes(p->dtype) == 2 && 16 * nvec <= fill * lanes * vpt);
+  const bool warp_fits = lanes <= max_lanes && !(dtype_bytes(p->dtype) == 2 && lanes >= 128 &&
+                                                 16 * nvec <= fill * lanes * vpt);
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
@@ -498,8 +498,11 @@ extern "C" fnorm_status fnorm_cuda_backward_workspace_size(const fnorm_problem *
   fnorm_status s = device_info(&dev);
   if (s != FNORM_SUCCESS)
     return s;
-  /* The vector width depends on the pointers, which the query does not see: size for both. */
-  const int vec = (int)(16 / dtype_bytes(p->dtype));
+  /* The vector width depends on the pointers, which the query does not see: size for both
+   * (the wide one only where the row length allows it, as choose_vec). */
+  int vec = (int)(16 / dtype_bytes(p->dtype));
+  if (p->cols % vec != 0)
+    vec = 1;
   const size_t a = plan_backward(p, vec, dev).ws_bytes;
   const size_t b = plan_backward(p, 1, dev).ws_bytes;
   *bytes = a > b ? a : b;
