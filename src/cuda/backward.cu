@@ -828,10 +828,8 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
         k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group);
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
-    /* Two stages of dy and x for 16-byte vectors; the fold of the accumulators reuses them. */
-    size_t smem = (size_t)plan.threads * VPT * VEC * sizeof(float);
-    if constexpr (VEC * sizeof(T) == 16)
-      smem = (size_t)plan.threads * 4 * VPT * 16; /* 2 stages x 2 arrays, >= the fold's */
+    /* The plan's stages (or fold buffer), then gamma (and beta, from y) as fp32. */
+    size_t smem = plan.smem;
     if (plan.param_smem)
       smem += (size_t)(a.from_y ? 2 : 1) * a.cols * sizeof(float);
     /* The CTAs loop over their rows, so more than fit at once (registers allow 2 an SM) only

@@ -1,6 +1,6 @@
 /*
- * What dispatch.cu hands to the kernel files: kernel parameters, launch plans, and the
- * launchers (templates over the activation dtype T and the parameter dtype P, explicitly
+ * What dispatch.cu hands to the kernel files: kernel parameters, launch plans (made in plan.cu),
+ * and the launchers (templates over the activation dtype T and the parameter dtype P, explicitly
  * instantiated in forward.cu and backward.cu for the five supported pairs).
  */
 #ifndef FNORM_CUDA_KERNELS_CUH
@@ -115,6 +115,15 @@ fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t s
 template <typename T, typename P>
 fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *dbeta,
                              void *workspace, cudaStream_t stream);
+
+/* plan.cu: the plans (host code, no CUDA calls). `vec` is choose_vec's width: 16 / element bytes
+ * where every pointer and stride allows 16-byte access and the row length is a multiple of it,
+ * else 1. backward_workspace_bytes is the workspace query's answer, for either width. */
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev);
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev);
+int choose_vec(const fnorm_problem *p, const void *const *rows_ptrs, const int64_t *strides,
+               int nrows_ptrs, const void *const *params, int nparams);
+size_t backward_workspace_bytes(const fnorm_problem *p, const DeviceInfo &dev);
 
 /* The attributes a launch with `smem` bytes of dynamic shared memory and clusters of
  * `cluster` CTAs needs. Dynamic plus static shared memory above 48 KiB needs the opt-in; it is

@@ -1,0 +1,432 @@
+/*
+ * CUDA planning: how a problem maps to a tier, a kernel shape and a launch (vector width, lanes
+ * or CTAs a row, grid, shared memory, workspace), from the problem, the pointers' alignment and
+ * the device's properties alone. Host code without CUDA calls, so that tests/test_plan.cu checks
+ * the plans' invariants on machines without a GPU. The choices are measured on an H200
+ * (bench/tune/); every ladder ends in a plan the launchers know, or in FNORM_ERR_UNSUPPORTED
+ * there.
+ */
+#include <stdlib.h>
+
+#include "kernels.cuh"
+
+using namespace fnorm_cuda;
+
+namespace {
+
+const int64_t kMaxGrid = 0x7fffffff;
+
+size_t dtype_bytes(fnorm_dtype t) {
+  return t == FNORM_DTYPE_F32 ? 4 : 2;
+}
+
+bool aligned(const void *p, size_t a) {
+  return p == nullptr || ((uintptr_t)p % a) == 0;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+int64_t round_up(int64_t a, int64_t b) {
+  return ceil_div(a, b) * b;
+}
+int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+
+/* Threads for a CTA that walks `chunk` vectors, `per_thread` vectors a thread. */
+int row_threads(int64_t chunk, int64_t per_thread) {
+  return (int)min64(512, max64(64, round_up(ceil_div(chunk, per_thread), 32)));
+}
+
+/* Bytes of shared memory a staged CTA aims for (beyond that, rows are split over a cluster):
+ * about three resident CTAs an SM. */
+const int64_t kStageTarget = 64 * 1024;
+const int kMaxThreads = 512;
+
+/* Smallest power-of-two cluster (<= max_cluster) whose chunks hold at most cap vectors; then
+ * larger while there are too few rows to fill the GPU and the chunks stay sizeable. */
+int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluster,
+               const DeviceInfo &dev) {
+  int c = 1;
+  while (c < max_cluster && ceil_div(nvec, c) > cap)
+    c *= 2;
+  while (c < max_cluster && p->rows * c < 2 * (int64_t)dev.sm_count && ceil_div(nvec, 2 * c) >= 256)
+    c *= 2;
+  return c;
+}
+
+/* Knobs of the backward ring tier and the forward CTA tier. The defaults are the library's choices,
+ * measured on an H200 (bench/tune/); a build with FNORM_TUNING (a developer option, never a release
+ * build) reads overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can
+ * sweep them (scripts/tune_sweep.sh). */
+struct Tuning {
+  int ring;            /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;          /* stages of the ring, at most */
+  int threads;         /* threads a CTA, at most */
+  int cap;             /* vectors a CTA, preferably at most (a cluster beyond) */
+  int cap_4k;          /* the same for rows of 2049-4096 vectors */
+  int min_rows;        /* rows a persistent CTA (or cluster) gets at least, when M is small */
+  int bwd_warps;       /* backward warp tier: warps a row at most on 16-byte rows (1, 2 or 4) */
+  int bwd_fill4;       /* ... 16-bit rows take 4 warps only past this many sixteenths of them */
+  int bwd_fill8;       /* ... and 8 warps only past this many sixteenths of them */
+  int bwd_resident;    /* ... 1: its grid at most the CTAs resident at once, 0: 4 an SM */
+  int bwd_param_smem;  /* ... 1: rows of a warp or more read gamma/beta from shared memory, 0:
+                          all from global memory (tuning builds only) */
+  int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
+  int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
+  int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
+  int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never */
+  int fwd_staged_rows; /* ... when each warp of a full grid gets at least this many rows */
+  int fwd_stream;      /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
+                          kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
+                          never */
+};
+
+#ifdef FNORM_TUNING
+int tune_knob(const char *name, int fallback) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : fallback;
+}
+#endif
+
+Tuning tuning() {
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 32, 16, 1, 4, 1};
+#ifdef FNORM_TUNING
+  t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
+  t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
+  t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
+  t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
+  t.cap_4k = tune_knob("FNORM_TUNE_BWD_CAP4K", t.cap_4k);
+  t.min_rows = tune_knob("FNORM_TUNE_BWD_MIN_ROWS", t.min_rows);
+  t.bwd_warps = tune_knob("FNORM_TUNE_BWD_WARPS", t.bwd_warps);
+  t.fwd_cta = tune_knob("FNORM_TUNE_FWD_CTA", t.fwd_cta);
+  t.fwd_ept = tune_knob("FNORM_TUNE_FWD_EPT", t.fwd_ept);
+  t.fwd_ept_ln32 = tune_knob("FNORM_TUNE_FWD_EPT_LN32", t.fwd_ept_ln32);
+  t.fwd_stream = tune_knob("FNORM_TUNE_FWD_STREAM", t.fwd_stream);
+  t.bwd_fill4 = tune_knob("FNORM_TUNE_BWD_FILL4", t.bwd_fill4);
+  t.bwd_fill8 = tune_knob("FNORM_TUNE_BWD_FILL8", t.bwd_fill8);
+  t.bwd_resident = tune_knob("FNORM_TUNE_BWD_RESIDENT", t.bwd_resident);
+  t.bwd_param_smem = tune_knob("FNORM_TUNE_BWD_PARAM_SMEM", t.bwd_param_smem);
+  t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
+  t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
+#endif
+  return t;
+}
+
+/* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (dy and x):
+ * the smallest power-of-two cluster whose chunks hold at most `cap` vectors, or if that takes more
+ * than 16 CTAs, up to kRingVpt vectors for each of 512 threads. False when no shape fits (more than
+ * 16 CTAs a row, or fewer than two stages). */
+bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int stages,
+               int max_threads, int64_t cap, const DeviceInfo &dev) {
+  if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1 || nvec < 1)
+    return false;
+  const int64_t stage_per_vec = 16 * (int64_t)arrays;
+  const int64_t most = (int64_t)kRingVpt * min64(max_threads, kMaxThreads);
+  auto fits = [&](int64_t chunk, int64_t limit) {
+    return chunk <= limit && chunk <= most && 2 * chunk * stage_per_vec <= dev.max_smem_optin;
+  };
+  int c = 1;
+  while (c <= 16 && !fits(ceil_div(nvec, c), cap))
+    c *= 2;
+  if (c > 16) {
+    c = 1;
+    while (c <= 16 && !fits(ceil_div(nvec, c), most))
+      c *= 2;
+  }
+  if (c > 16)
+    return false;
+  /* Too few rows to fill the GPU: split them further while the chunks stay sizeable. */
+  while (c < 16 && p->rows * c < 2 * (int64_t)dev.sm_count && ceil_div(nvec, 2 * c) >= 256)
+    c *= 2;
+  pl.tier = TIER_RING;
+  pl.cluster = c;
+  pl.chunk = ceil_div(nvec, c);
+  pl.vpt = kRingVpt;
+  pl.threads = (int)max64(32, round_up(ceil_div(pl.chunk, pl.vpt), 32));
+  const int64_t stage = pl.chunk * stage_per_vec;
+  pl.nbuf = (int)min64(min64(stages, kRingMaxStages), dev.max_smem_optin / stage);
+  if (pl.nbuf < 2)
+    return false;
+  pl.smem = (size_t)(pl.nbuf * stage);
+  return true;
+}
+
+/* Forward warp tier: 3 vectors a lane instead, on the vector path, when that leaves fewer lanes
+ * idle (rows of 24, 48 or 96 vectors: 384 16-bit elements, the transformer width that inductor's
+ * benchmarks use, would leave a quarter of the lanes idle at 4 or 2 vectors a lane). */
+void three_per_lane(Plan &pl, int64_t nvec) {
+  if (pl.vec == 1)
+    return;
+  int g = 4;
+  while (g < 32 && 3 * (int64_t)g < nvec)
+    g *= 2;
+  if (3 * (int64_t)g >= nvec && 3 * g < pl.group * pl.vpt) {
+    pl.vpt = 3;
+    pl.group = g;
+  }
+}
+
+/* Clusters resident at once and the row lanes each folds: one dgamma/dbeta partial row per
+ * cluster. */
+void plan_parts(Plan &pl, const fnorm_problem *p, int64_t resident, int max_cluster,
+                const DeviceInfo &dev) {
+  /* Fold the accumulators of up to 8 row lanes inside the cluster (sm_90), so that the
+   * partials written and re-read stay a small fraction of the traffic. */
+  int lanes = 1;
+  while (lanes < 8 && pl.cluster * lanes * 2 <= max_cluster &&
+         p->rows >= (int64_t)dev.sm_count * resident * 2)
+    lanes *= 2;
+  pl.cluster_rows = lanes;
+  pl.nparts = max64(
+      1, min64(ceil_div(p->rows, lanes), (int64_t)dev.sm_count * resident / (pl.cluster * lanes)));
+  pl.grid = pl.nparts * pl.cluster * lanes;
+}
+
+/* Backward rows of at least this many vectors take the stream tier: measured on an H200
+ * (bench/RESULTS.md), its plain column pass moves more bytes a second than the row tier's
+ * per-row barriers allow, enough to pay for reading x and dy twice. */
+const int64_t kBwdStreamMinVecs = 512;
+
+void plan_stream(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInfo &dev) {
+  pl.tier = TIER_STREAM;
+  pl.chunk = 2048;
+  pl.nchunks = ceil_div(nvec, pl.chunk);
+  pl.threads = 256;
+  const int64_t ncb = ceil_div(nvec, pl.threads);
+  int64_t parts = min64(p->rows, max64(1, ceil_div(4 * (int64_t)dev.sm_count, ncb)));
+  pl.rows_per_part = ceil_div(p->rows, parts);
+  pl.nparts = ceil_div(p->rows, pl.rows_per_part);
+  pl.grid = ncb * pl.nparts;
+}
+
+} // namespace
+
+namespace fnorm_cuda {
+
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+  const Tuning tn = tuning();
+  Plan pl = {};
+  pl.vec = vec;
+  const int64_t nvec = p->cols / vec;
+  if (nvec <= 256) {
+    pl.tier = TIER_WARP;
+    pl.vpt = nvec <= 128 ? 4 : 8;
+    pl.group = 4;
+    while (pl.group < 32 && (int64_t)pl.group * pl.vpt < nvec)
+      pl.group *= 2;
+    three_per_lane(pl, nvec);
+    pl.threads = 256;
+    const int64_t rows_per_cta = pl.threads / pl.group;
+    const int64_t full_grid = (int64_t)dev.sm_count * 16; /* CTAs */
+    pl.grid = min64(ceil_div(p->rows, rows_per_cta), full_grid);
+    /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
+     * to 4 vectors a lane (at 8, 64 KB of stages a CTA hold the SM to three CTAs: sweep 16, 16-bit
+     * N = 2048 lost 3-9 points, fp32 N = 768-1024 -6 to +1.5) and when each warp of a full grid
+     * (16 CTAs an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, most
+     * cells lost 0.4-9 points). */
+    pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
+                p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
+    return pl;
+  }
+  pl.tier = TIER_ROW;
+  const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
+  const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+  /* 16-byte vectors and rows enough to fill the GPU: a CTA per row while one CTA (up to 1024
+   * threads of the preferred elements a thread, else up to 4 x 8) holds the row. Longer rows,
+   * and fewer rows, take the register kernel below, split over a cluster (sweep 9: faster than
+   * clusters of this kernel). */
+  if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count) {
+    const int v1 = 8 / vec; /* vectors of 8 elements */
+    /* fp32 LayerNorm rows of up to 4096 at 16 elements a thread (sweep 19: N = 2048 and 4096
+     * +3 and +5 points; from 5120 on, and for RMSNorm, 16 was level or slower). */
+    const int ept = p->dtype == FNORM_DTYPE_F32 && p->norm == FNORM_LAYERNORM && p->cols <= 4096
+                        ? tn.fwd_ept_ln32
+                        : tn.fwd_ept;
+    int vpt = v1;
+    while (vpt < 4 * v1 && vpt * vec < ept)
+      vpt *= 2;
+    while (vpt < 4 * v1 && ceil_div(nvec, vpt) > 1024)
+      vpt *= 2;
+    if (ceil_div(nvec, vpt) <= 1024) {
+      pl.mode = MODE_CTA;
+      pl.vpt = vpt;
+      pl.cluster = 1;
+      pl.threads = (int)round_up(ceil_div(nvec, vpt), 32);
+      pl.grid = min64(p->rows, kMaxGrid);
+      return pl;
+    }
+  }
+  const int vpt = fwd_reg_vpt(vec);
+  int c = split_rows(p, nvec, (int64_t)kMaxThreads * vpt, max_cluster, dev);
+  pl.chunk = ceil_div(nvec, c);
+  const bool reg_fits = pl.chunk <= (int64_t)kMaxThreads * vpt;
+  /* Rows past the register kernel's: read once for the statistics, re-read (mostly from L2)
+   * for y. Sweep 11 (H200): fp32 N = 802816 went from 1628 to 2034 GB/s (LayerNorm) and from
+   * 1950 to 2181 (RMSNorm); bf16 RMSNorm fell from 1815 to 1112, so 16-bit rows keep the
+   * staged kernel below; the register kernel's cluster rows were slower this way. */
+  const bool stream =
+      tn.fwd_stream >= 3 ||
+      (!reg_fits && (tn.fwd_stream == 2 || (tn.fwd_stream == 1 && dtype_bytes(p->dtype) == 4)));
+  if (vbytes == 16 && stream) {
+    /* Clusters whose chunks are at most 16 vectors a thread where they can be. */
+    c = split_rows(p, nvec, (int64_t)kMaxThreads * 16, max_cluster, dev);
+    pl.mode = MODE_STREAM;
+    pl.cluster = c;
+    pl.chunk = ceil_div(nvec, c);
+    pl.threads = kMaxThreads;
+    pl.grid = min64(p->rows, kMaxGrid / c) * c;
+    return pl;
+  }
+  if (reg_fits) {
+    pl.mode = MODE_REG;
+    pl.vpt = vpt;
+    pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));
+  } else {
+    /* Rows longer than registers hold: stage the chunk in shared memory, or re-read it. */
+    c = split_rows(p, nvec, kStageTarget / (2 * vbytes), max_cluster, dev);
+    pl.chunk = ceil_div(nvec, c);
+    const int64_t stage = pl.chunk * vbytes;
+    pl.mode = stage <= dev.max_smem_optin ? MODE_STAGED : MODE_GLOBAL;
+    pl.nbuf = 2 * stage <= dev.max_smem_optin ? 2 : 1;
+    pl.smem = pl.mode == MODE_STAGED ? (size_t)(pl.nbuf * stage) : 0;
+    pl.threads = pl.mode == MODE_STAGED ? row_threads(pl.chunk, 4) : kMaxThreads;
+  }
+  pl.cluster = c;
+  pl.grid = -min64(p->rows, kMaxGrid / c); /* persistent: as many clusters as fit */
+  return pl;
+}
+
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+  Plan pl = {};
+  pl.vec = vec;
+  const int64_t nvec = p->cols / vec;
+  const int vpt = 16 / vec; /* warp tier: 16 elements a lane */
+  const int reg_vpt = bwd_reg_vpt(vec);
+  const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
+  const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+  const int64_t acc_bytes = 2 * (int64_t)vec * 4; /* dgamma and dbeta accumulators */
+  const Tuning tn = tuning();
+  /* The warp tier: a row over `lanes` lanes (a power of two, 4 to 256), 16 elements each.
+   * 16-byte rows may span 2, 4 or 8 warps (bwd_warps). Sweeps 20-21 (H200, 2^27 elements,
+   * against the ring): 2 warps +3 to +9 points at N = 640-1024, 4 warps +1 to +8 for fp32 N =
+   * 1152-2048. Sweep 27, gamma/beta from shared memory (sweep 26): 8 warps +5 to +10 points for
+   * fp32 N = 2304-4096 and +5 to +16 for 16-bit 3072-4096. 16-bit rows that fill their warps
+   * only partly do worse: sweep 27 had 4 warps 2 to 19 points ahead at N = 1280-1920 (10/16 of
+   * the lanes or more) but 5 behind at 1152 (9/16), and 8 warps 3 to 7 behind at 2304-2560
+   * (up to 10/16); such rows stay with the ring (bwd_fill4, bwd_fill8 sixteenths). */
+  int64_t lanes = 4;
+  while (lanes * vpt < nvec)
+    lanes *= 2;
+  int64_t max_lanes = 32;
+  if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4 || tn.bwd_warps == 8))
+    max_lanes = 32 * (int64_t)tn.bwd_warps;
+  const int64_t fill = lanes == 128 ? tn.bwd_fill4 : lanes == 256 ? tn.bwd_fill8 : 0;
+  const bool warp_fits = lanes <= max_lanes && !(dtype_bytes(p->dtype) == 2 && lanes >= 128 &&
+                                                 16 * nvec <= fill * lanes * vpt);
+  /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
+   * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
+   * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
+   * better as 8 chunks of 512 than as 4 of 1024. */
+  if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
+      (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
+      plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
+                nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev)) {
+    /* One partial row per resident cluster, found at launch; bound it here for the workspace
+     * by shared memory and threads alone (registers only lower it). */
+    const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
+                                          (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 2048)));
+    pl.nparts = max64(
+        1, min64(ceil_div(p->rows, max64(1, tn.min_rows)), per_sm * dev.sm_count / pl.cluster));
+  } else if (warp_fits) {
+    pl = Plan{};
+    pl.vec = vec;
+    pl.tier = TIER_WARP;
+    pl.vpt = vpt;
+    pl.group = (int)lanes;
+    /* (Not three_per_lane: 24 elements a lane spill the backward's registers; measured 60% ->
+     * 46% of the copy at 384 bf16 elements.) */
+    pl.threads = 256;
+    const int64_t rows_per_cta = pl.threads / pl.group;
+    pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
+    pl.nparts = pl.grid; /* the launch may take fewer (resident) */
+    pl.resident = tn.bwd_resident;
+    /* gamma/beta from shared memory: sweep 26 (H200, 2^27 elements) +5 to +15 points at N =
+     * 768-2048, +1 to +2 at fp32 512-768, but -1 to -2 at 16-bit 256 (a row of 16 lanes). */
+    pl.param_smem = vbytes == 16 && pl.group >= 32 && tn.bwd_param_smem == 1;
+    /* Two stages of dy and x for 16-byte vectors, which the fold of the accumulators reuses;
+     * else the fold's buffer alone. The launch adds gamma (and beta, from y) as fp32 when
+     * param_smem: at most 2 * cols * 4 bytes more. */
+    pl.smem = vbytes == 16 ? (size_t)pl.threads * 4 * vpt * 16
+                           : (size_t)pl.threads * vpt * vec * sizeof(float);
+  } else {
+    pl = Plan{};
+    pl.vec = vec;
+    const int c = split_rows(p, nvec, (int64_t)kMaxThreads * reg_vpt, max_cluster, dev);
+    const int64_t chunk = ceil_div(nvec, c);
+    if (nvec < kBwdStreamMinVecs && chunk <= (int64_t)kMaxThreads * reg_vpt) {
+      pl.tier = TIER_ROW;
+      pl.mode = MODE_REG;
+      pl.vpt = reg_vpt;
+      pl.cluster = c;
+      pl.chunk = chunk;
+      pl.threads = (int)max64(64, round_up(ceil_div(chunk, reg_vpt), 32));
+      /* Shared memory: the two-stage ring of dy and x, later reused for the fold of the
+       * accumulators over the lanes. */
+      pl.smem = (size_t)max64(chunk * 4 * vbytes, chunk * acc_bytes);
+      /* Resident CTAs an SM: by registers (up to 128 a thread), threads and shared memory. */
+      const int64_t resident =
+          max64(1, min64(min64(2048 / pl.threads, 65536 / (128 * pl.threads)),
+                         (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 1024)));
+      plan_parts(pl, p, resident, max_cluster, dev);
+    } else {
+      plan_stream(pl, p, nvec, dev); /* any length */
+    }
+  }
+  /* Workspace: partials, then (stream tier) per-chunk and per-row sums; 256-byte aligned. */
+  size_t off = 0;
+  pl.ws_partial = off;
+  off += (size_t)round_up(2 * pl.nparts * p->cols * 4, 256);
+  pl.ws_rowpart = off;
+  if (pl.tier == TIER_STREAM)
+    off += (size_t)round_up(p->rows * pl.nchunks * 2 * 4, 256);
+  pl.ws_rowsum = off;
+  if (pl.tier == TIER_STREAM)
+    off += (size_t)round_up(p->rows * 2 * 4, 256);
+  pl.ws_bytes = off;
+  return pl;
+}
+
+/* The widest access every pointer and stride allows: 16 bytes, else one element. */
+int choose_vec(const fnorm_problem *p, const void *const *rows_ptrs, const int64_t *strides,
+               int nrows_ptrs, const void *const *params, int nparams) {
+  const int vec = (int)(16 / dtype_bytes(p->dtype));
+  if (p->cols % vec != 0)
+    return 1;
+  for (int i = 0; i < nrows_ptrs; ++i)
+    if (!aligned(rows_ptrs[i], 16) || strides[i] % vec != 0)
+      return 1;
+  const size_t pbytes = (size_t)vec * dtype_bytes(p->param_dtype);
+  for (int i = 0; i < nparams; ++i)
+    if (!aligned(params[i], pbytes))
+      return 1;
+  return vec;
+}
+
+/* The backward's workspace for any pointers: the vector width depends on the pointers, which
+ * the query does not see, so the larger of both widths' (the wide one only where the row length
+ * allows it, as choose_vec). */
+size_t backward_workspace_bytes(const fnorm_problem *p, const DeviceInfo &dev) {
+  int vec = (int)(16 / dtype_bytes(p->dtype));
+  if (p->cols % vec != 0)
+    vec = 1;
+  const size_t a = plan_backward(p, vec, dev).ws_bytes;
+  const size_t b = plan_backward(p, 1, dev).ws_bytes;
+  return a > b ? a : b;
+}
+
+} // namespace fnorm_cuda
