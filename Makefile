@@ -18,10 +18,13 @@ bench: build
 
 PYTHON ?= python3
 
-# The C tests, then the Python package's tests (through the CPU backend, and the GPU when
+# The C tests (and, in CUDA builds, the host-side checks of the CUDA plans), then the Python
+# package's tests (through the CPU backend, and the GPU when
 # torch sees one) when numpy and pytest are installed.
 test: build
 	$(BUILD)/tests/fnorm_tests
+	@if [ -x $(BUILD)/tests/fnorm_plan_tests ]; then $(BUILD)/tests/fnorm_plan_tests; \
+	else echo "CUDA plan tests skipped: built without CUDA"; fi
 	@if $(PYTHON) -c "import numpy, pytest" 2>/dev/null; then \
 	  FUSEDNORM_LIBRARY=$(abspath $(BUILD))/libfusednorm.so PYTHONPATH=python \
 	    $(PYTHON) -m pytest -q python/tests; \

@@ -1,0 +1,252 @@
+/*
+ * fnorm_plan_tests: the CUDA backend's plans (src/cuda/plan.cu) checked on the host, without a
+ * GPU, for several device descriptions (an H200, an A100, a small sm_90 part, a consumer part
+ * with less shared memory), every dtype pair, row lengths 1-4200 and longer ones up to 2^22,
+ * and row counts from 1 to 2^27 / N.
+ *
+ * For each plan it checks what the launchers and kernels rely on: the row is covered (lanes or
+ * chunks times vectors at least its length), the smallest warp-tier group that covers it, group
+ * and cluster sizes the kernels are built for, at most 1024 threads, shared memory within the
+ * device's opt-in limit, the 16-byte-only tiers and forms given only 16-byte rows, the ring only
+ * on sm_90 and newer, clusters only on sm_90, and a workspace that holds the partial rows and is
+ * no larger than the workspace query answers. A plan that breaks any of these is a failure; the
+ * first few are printed. Ends with "N passed, M failed" (one count per plan).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/kernels.cuh"
+
+using namespace fnorm_cuda;
+
+namespace {
+
+struct Device {
+  const char *name;
+  DeviceInfo info;
+};
+
+/* max_smem_optin as device_info() gives it: the device's opt-in limit less 2 KiB. */
+const Device kDevices[] = {
+    {"H200", {0, 132, 9, 227 * 1024 - 2048, 228 * 1024}},
+    {"A100", {0, 108, 8, 163 * 1024 - 2048, 164 * 1024}},
+    {"sm_90 with 16 SMs", {0, 16, 9, 227 * 1024 - 2048, 228 * 1024}},
+    {"sm_120 with 100 KiB", {0, 84, 12, 99 * 1024 - 2048, 100 * 1024}},
+};
+
+struct Pair {
+  fnorm_dtype dtype, param;
+  int bytes;
+};
+const Pair kPairs[] = {{FNORM_DTYPE_F32, FNORM_DTYPE_F32, 4},
+                       {FNORM_DTYPE_F16, FNORM_DTYPE_F16, 2},
+                       {FNORM_DTYPE_F16, FNORM_DTYPE_F32, 2},
+                       {FNORM_DTYPE_BF16, FNORM_DTYPE_BF16, 2},
+                       {FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 2}};
+
+int g_passed = 0, g_failed = 0;
+char g_why[256]; /* the first broken invariant of the plan being checked */
+
+bool is_pow2(int64_t v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
+
+/* Records the first broken invariant; returns ok so that checks chain. */
+bool require(bool ok, const char *what) {
+  if (!ok && !g_why[0])
+    snprintf(g_why, sizeof g_why, "%s", what);
+  return ok;
+}
+
+int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const DeviceInfo &dev) {
+  const int64_t nvec = p.cols / vec;
+  const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
+  const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+  require(pl.vec == vec, "forward: the plan's width is the one asked for");
+  if (pl.tier == TIER_WARP) {
+    require(pl.group == 4 || pl.group == 8 || pl.group == 16 || pl.group == 32,
+            "forward warp tier: 4 to 32 lanes a row");
+    require(pl.vpt == 3 || pl.vpt == 4 || pl.vpt == 8, "forward warp tier: 3, 4 or 8 vectors");
+    require((int64_t)pl.group * pl.vpt >= nvec, "forward warp tier: the row is covered");
+    require(pl.vpt != 3 || wide, "forward warp tier: 3 vectors a lane only on 16-byte rows");
+    require(pl.threads == 256, "forward warp tier: 256 threads");
+    require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, 256 / pl.group),
+            "forward warp tier: 1 CTA to one a row group");
+    require(!pl.staged || (wide && pl.vpt <= 4), "forward staged rows: 16-byte, <= 4 vectors");
+    return;
+  }
+  if (!require(pl.tier == TIER_ROW, "forward: the warp or the row tier"))
+    return;
+  require(is_pow2(pl.cluster) && pl.cluster <= max_cluster, "forward: a cluster the GPU allows");
+  require(pl.threads >= 32 && pl.threads <= 1024 && pl.threads % 32 == 0,
+          "forward: 32 to 1024 threads, whole warps");
+  switch (pl.mode) {
+  case MODE_CTA:
+    require(wide, "forward CTA-per-row kernel: 16-byte rows");
+    require(pl.cluster == 1, "forward CTA-per-row kernel: no cluster");
+    require((int64_t)pl.threads * pl.vpt >= nvec, "forward CTA-per-row kernel: row covered");
+    require(pl.grid >= 1 && pl.grid <= p.rows, "forward CTA-per-row kernel: a CTA a row");
+    break;
+  case MODE_REG:
+    require(pl.vpt == fwd_reg_vpt(vec), "forward register kernel: its vectors a thread");
+    require(pl.chunk * pl.cluster >= nvec, "forward register kernel: the row covered");
+    require((int64_t)pl.threads * pl.vpt >= pl.chunk, "forward register kernel: chunk held");
+    require(pl.grid < 0, "forward register kernel: persistent");
+    break;
+  case MODE_STAGED:
+  case MODE_GLOBAL:
+    require(pl.chunk * pl.cluster >= nvec, "forward staged kernel: the row covered");
+    require(pl.nbuf == 1 || pl.nbuf == 2, "forward staged kernel: 1 or 2 buffers");
+    require(pl.smem <= (size_t)dev.max_smem_optin, "forward staged kernel: shared memory fits");
+    require(pl.mode == MODE_STAGED || pl.smem == 0, "forward re-reading kernel: no stages");
+    require(pl.grid < 0, "forward staged kernel: persistent");
+    break;
+  case MODE_STREAM:
+    require(wide, "forward streaming kernel: 16-byte rows");
+    require(pl.chunk * pl.cluster >= nvec, "forward streaming kernel: the row covered");
+    require(pl.grid >= pl.cluster && pl.grid % pl.cluster == 0,
+            "forward streaming kernel: whole clusters");
+    break;
+  default:
+    require(false, "forward row tier: a known mode");
+  }
+}
+
+void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const DeviceInfo &dev) {
+  const int64_t nvec = p.cols / vec;
+  const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
+  const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
+  require(pl.vec == vec, "backward: the plan's width is the one asked for");
+  require(pl.nparts >= 1, "backward: at least one partial row");
+  switch (pl.tier) {
+  case TIER_WARP:
+    require(is_pow2(pl.group) && pl.group >= 4 && pl.group <= 256,
+            "backward warp tier: 4 to 256 lanes a row");
+    require(pl.group <= 32 || wide, "backward warp tier: rows over several warps are 16-byte");
+    require(pl.vpt * vec == 16, "backward warp tier: 16 elements a lane");
+    require((int64_t)pl.group * pl.vpt >= nvec, "backward warp tier: the row is covered");
+    require(pl.group == 4 || (int64_t)(pl.group / 2) * pl.vpt < nvec,
+            "backward warp tier: the fewest lanes that cover the row");
+    require(pl.threads == 256, "backward warp tier: 256 threads");
+    require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, 256 / pl.group),
+            "backward warp tier: 1 CTA to one a row group");
+    require(pl.nparts == pl.grid, "backward warp tier: a partial row a CTA (at most)");
+    require(!pl.param_smem || (wide && pl.group >= 32),
+            "backward warp tier: gamma/beta in shared memory only for 16-byte rows of a warp+");
+    require(pl.smem + (pl.param_smem ? 2 * (size_t)p.cols * 4 : 0) <= (size_t)dev.max_smem_optin,
+            "backward warp tier: stages and gamma/beta fit in shared memory");
+    break;
+  case TIER_RING:
+    require(dev.cc_major >= 9 && wide, "backward ring: sm_90 and 16-byte rows");
+    require(is_pow2(pl.cluster) && pl.cluster <= 16, "backward ring: 1 to 16 CTAs a row");
+    require(pl.chunk * pl.cluster >= nvec && pl.chunk * (pl.cluster - 1) < nvec,
+            "backward ring: every CTA gets part of the row");
+    require(pl.vpt == kRingVpt && (int64_t)pl.threads * pl.vpt >= pl.chunk,
+            "backward ring: the chunk held by the threads");
+    require(pl.threads >= 32 && pl.threads <= 512 && pl.threads % 32 == 0,
+            "backward ring: 32 to 512 threads, whole warps");
+    require(pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
+                pl.smem <= (size_t)dev.max_smem_optin,
+            "backward ring: two stages or more that fit in shared memory");
+    break;
+  case TIER_ROW:
+    require(pl.mode == MODE_REG && pl.vpt == bwd_reg_vpt(vec), "backward row tier: registers");
+    require(pl.cluster >= 1 && pl.cluster_rows >= 1 && pl.cluster * pl.cluster_rows <= max_cluster,
+            "backward row tier: a cluster the GPU allows");
+    require(pl.chunk * pl.cluster >= nvec, "backward row tier: the row covered");
+    require((int64_t)pl.threads * pl.vpt >= pl.chunk && pl.threads <= 1024,
+            "backward row tier: the chunk held by at most 1024 threads");
+    require(pl.smem <= (size_t)dev.max_smem_optin, "backward row tier: shared memory fits");
+    require(pl.grid == pl.nparts * pl.cluster * pl.cluster_rows,
+            "backward row tier: a partial row a cluster");
+    break;
+  case TIER_STREAM:
+    require(pl.chunk * pl.nchunks >= nvec, "backward stream tier: the row covered");
+    require(pl.rows_per_part * pl.nparts >= p.rows && pl.rows_per_part * (pl.nparts - 1) < p.rows,
+            "backward stream tier: every partial row has rows");
+    break;
+  default:
+    require(false, "backward: a known tier");
+  }
+  require(pl.ws_bytes >= (size_t)(2 * pl.nparts * p.cols * 4),
+          "backward: the workspace holds the partial rows");
+  require(pl.ws_bytes % 256 == 0, "backward: the workspace a multiple of 256 bytes");
+  require(pl.ws_bytes <= backward_workspace_bytes(&p, dev),
+          "backward: the workspace query answers at least this plan's workspace");
+}
+
+void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int64_t cols) {
+  fnorm_problem p;
+  memset(&p, 0, sizeof p);
+  p.norm = norm;
+  p.rows = rows;
+  p.cols = cols;
+  p.dtype = pair.dtype;
+  p.param_dtype = pair.param;
+  p.eps = 1e-5f;
+  p.x_stride = p.y_stride = p.dy_stride = p.dx_stride = cols;
+  const int wide = 16 / pair.bytes;
+  const int vecs[2] = {cols % wide == 0 ? wide : 1, 1};
+  for (int v = 0; v < (vecs[0] == 1 ? 1 : 2); ++v)
+    for (int dir = 0; dir < 2; ++dir) {
+      g_why[0] = 0;
+      if (dir == 0)
+        check_forward(plan_forward(&p, vecs[v], d.info), p, vecs[v], d.info);
+      else
+        check_backward(plan_backward(&p, vecs[v], d.info), p, vecs[v], d.info);
+      if (!g_why[0]) {
+        ++g_passed;
+        continue;
+      }
+      if (++g_failed <= 20)
+        printf("FAIL %s, dtype %d param %d, %s, M = %lld, N = %lld, %d-element access: %s\n",
+               d.name, (int)pair.dtype, (int)pair.param, norm == FNORM_LAYERNORM ? "LN" : "RMS",
+               (long long)rows, (long long)cols, vecs[v], g_why);
+    }
+}
+
+} // namespace
+
+int main(void) {
+  printf("fnorm_plan_tests: the CUDA plans' invariants, on the host\n");
+  fflush(stdout); /* before any crash of the planner */
+  /* Every length to 4200 (all the warp tiers, the forward's CTA rows, the backward's 8-warp
+   * rows and the ring's first), then powers of two and their neighbours, and lengths of the
+   * benchmarks. */
+  int64_t lengths[4400];
+  int n = 0;
+  for (int64_t c = 1; c <= 4200; ++c)
+    lengths[n++] = c;
+  for (int64_t c = 8192; c <= (int64_t)1 << 22; c *= 2) {
+    lengths[n++] = c - 8;
+    lengths[n++] = c;
+    lengths[n++] = c + 1;
+    lengths[n++] = c + 8;
+  }
+  const int64_t extra[] = {5120, 12289, 24577, 32776, 802816, 1048576 + 7, 3 * 1048576};
+  for (size_t i = 0; i < sizeof extra / sizeof extra[0]; ++i)
+    lengths[n++] = extra[i];
+  const int64_t some_rows[] = {1, 2, 3, 7, 64, 1000, 4097};
+  for (const Device &d : kDevices)
+    for (const Pair &pair : kPairs)
+      for (int i = 0; i < n; ++i) {
+        const int64_t cols = lengths[i];
+        /* The main grid's count, 2^27 elements, on every dtype pair only for some lengths. */
+        const bool full = cols % 64 == 0 || cols > 4200 || cols < 300;
+        for (int norm = 0; norm < 2; ++norm) {
+          const fnorm_norm nm = norm == 0 ? FNORM_LAYERNORM : FNORM_RMSNORM;
+          for (size_t r = 0; r < sizeof some_rows / sizeof some_rows[0]; ++r)
+            if (full || r % 3 == 0)
+              check(d, pair, nm, some_rows[r], cols);
+          const int64_t grid_rows = ((int64_t)1 << 27) / cols;
+          check(d, pair, nm, grid_rows > 0 ? grid_rows : 1, cols);
+        }
+      }
+  printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
