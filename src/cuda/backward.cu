@@ -12,10 +12,11 @@
  * writes one partial row to the workspace. finalize_kernel then adds the partials in a fixed
  * order: no atomics anywhere, so the results are bitwise reproducible.
  *
- *  bwd_warp_kernel   rows of up to 32 * VPT vectors (16-byte rows: 128 * VPT, over up to 4
+ *  bwd_warp_kernel   rows of up to 32 * VPT vectors (16-byte rows: 256 * VPT, over up to 8
  *                    warps), GROUP lanes per row, accumulators in registers (one partial per
  *                    CTA); 16-byte rows arrive through a two-stage cp.async ring in shared
- *                    memory, a row ahead.
+ *                    memory, a row ahead, and rows of a warp or more read gamma/beta from
+ *                    shared memory.
  *  bwd_ring_kernel   sm_90, 16-byte vectors, longer rows up to 16 * 1024 vectors (131072
  *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
  *                    streamed through a ring of shared-memory stages by bulk copies, the

@@ -41,7 +41,7 @@ struct BwdParams {
 
 /* Tiers, by row length: */
 enum Tier {
-  TIER_WARP = 1,   /* 4..32 lanes a row (backward: up to 4 warps), the row in registers */
+  TIER_WARP = 1,   /* 4..32 lanes a row (backward: up to 8 warps), the row in registers */
   TIER_ROW = 2,    /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row, each CTA owning a chunk
                       of it (Mode says where the chunk lives) */
   TIER_STREAM = 3, /* backward only: rows of any length, in column blocks over several kernels */
