@@ -46,6 +46,9 @@ const Pair kPairs[] = {{FNORM_DTYPE_F32, FNORM_DTYPE_F32, 4},
                        {FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 2}};
 
 int g_passed = 0, g_failed = 0;
+/* Backward plans by tier (warp, of which clustered, ring, row, stream): printed at the end, so a
+ * run shows which tiers it covered. */
+long g_bwd_tiers[5];
 char g_why[256]; /* the first broken invariant of the plan being checked */
 
 bool is_pow2(int64_t v) {
@@ -123,22 +126,31 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "backward: the plan's width is the one asked for");
   require(pl.nparts >= 1, "backward: at least one partial row");
+  ++g_bwd_tiers[pl.tier == TIER_WARP ? 0 : pl.tier == TIER_RING ? 2 : pl.tier == TIER_ROW ? 3 : 4];
+  if (pl.tier == TIER_WARP && pl.cluster > 1)
+    ++g_bwd_tiers[1];
   switch (pl.tier) {
   case TIER_WARP:
     require(is_pow2(pl.group) && pl.group >= 4 && pl.group <= 256,
             "backward warp tier: 4 to 256 lanes a row");
     require(pl.group <= 32 || wide, "backward warp tier: rows over several warps are 16-byte");
     require(pl.vpt * vec == 16, "backward warp tier: 16 elements a lane");
-    require((int64_t)pl.group * pl.vpt >= nvec, "backward warp tier: the row is covered");
-    require(pl.group == 4 || (int64_t)(pl.group / 2) * pl.vpt < nvec,
+    /* cluster > 1: the experimental clusters of 8-warp CTAs (tuning builds only). */
+    require(pl.cluster == 1 || (pl.group == 256 && wide && dev.cc_major >= 9 &&
+                                is_pow2(pl.cluster) && pl.cluster <= 16 && pl.param_smem),
+            "backward warp tier: clusters only of 8-warp 16-byte rows on sm_90");
+    require((int64_t)pl.group * pl.vpt * pl.cluster >= nvec, "backward warp tier: row covered");
+    require(pl.cluster > 1 ? (int64_t)pl.group * pl.vpt * (pl.cluster / 2) < nvec
+                           : pl.group == 4 || (int64_t)(pl.group / 2) * pl.vpt < nvec,
             "backward warp tier: the fewest lanes that cover the row");
     require(pl.threads == 256, "backward warp tier: 256 threads");
-    require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, 256 / pl.group),
-            "backward warp tier: 1 CTA to one a row group");
-    require(pl.nparts == pl.grid, "backward warp tier: a partial row a CTA (at most)");
+    require(pl.nparts >= 1 && pl.nparts <= cdiv(p.rows, 256 / pl.group) &&
+                pl.grid == pl.nparts * pl.cluster,
+            "backward warp tier: 1 CTA (cluster) to one a row group, a partial row each");
     require(!pl.param_smem || (wide && pl.group >= 32),
             "backward warp tier: gamma/beta in shared memory only for 16-byte rows of a warp+");
-    require(pl.smem + (pl.param_smem ? 2 * (size_t)p.cols * 4 : 0) <= (size_t)dev.max_smem_optin,
+    require(pl.smem + (pl.param_smem ? 2 * (size_t)cdiv(nvec, pl.cluster) * vec * 4 : 0) <=
+                (size_t)dev.max_smem_optin,
             "backward warp tier: stages and gamma/beta fit in shared memory");
     break;
   case TIER_RING:
@@ -247,6 +259,8 @@ int main(void) {
           check(d, pair, nm, grid_rows > 0 ? grid_rows : 1, cols);
         }
       }
+  printf("backward plans: warp tier %ld (clustered %ld), ring %ld, row %ld, stream %ld\n",
+         g_bwd_tiers[0], g_bwd_tiers[1], g_bwd_tiers[2], g_bwd_tiers[3], g_bwd_tiers[4]);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

@@ -81,19 +81,48 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
     }
 }
 
+/* The exchange slots of the warp tier's clustered form (function-scope shared memory: only the
+ * kernels that call it have it). */
+__device__ __forceinline__ RingRed &warp_cluster_red() {
+  __shared__ RingRed red;
+  return red;
+}
+
 /* With 16-byte vectors each lane copies its own vectors of the next row into shared memory
  * with cp.async while it works on this one (STAGED), so a warp has two rows' loads in flight at
  * no register cost; a lane reads back only what it copied itself, so no barrier is needed.
- * GROUP lanes share a row: 4 to 32, or on 16-byte rows 64 or 128, the row's warps then adding
- * their sums through shared memory behind a named barrier of just those warps (no CTA-wide
- * barrier a row, as the ring has). */
-template <typename T, typename P, int VEC, int GROUP, int VPT, bool PARAM_SMEM = false>
+ * GROUP lanes share a row: 4 to 32, or on 16-byte rows 64, 128 or 256, the row's warps then
+ * adding their sums through shared memory behind a named barrier of just those warps (no
+ * CTA-wide barrier a row, as the ring has).
+ * CLUSTER (experimental, tuning builds, sm_90, GROUP 256): a cluster of such CTAs shares each
+ * row, each CTA owning an even chunk of its vectors; the CTAs add their sums through
+ * distributed shared memory (cluster_exchange) in rank order, and each writes its chunk of the
+ * cluster's partial row. */
+template <typename T, typename P, int VEC, int GROUP, int VPT, bool PARAM_SMEM = false,
+          bool CLUSTER = false>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
   constexpr int ROWS_PER_SPAN = SPAN / GROUP;
   constexpr int WARPS_PER_ROW = SPAN / 32;
   static_assert(GROUP <= 256 && 256 % GROUP == 0, "a row's lanes within the CTA");
+  static_assert(!CLUSTER || (GROUP == 256 && PARAM_SMEM), "clusters of 8-warp rows");
+  /* The CTA's part of the row: vectors [v0, v0 + count) of it, columns [col0, col_end); the
+   * whole row, and the CTA its own unit of rows, without CLUSTER. */
+  int csize = 1, crank = 0;
+  int64_t col0 = 0, col_end = a.cols;
+  if constexpr (CLUSTER) {
+    cluster_shape(csize, crank);
+    const int64_t nvec = a.cols / VEC, chunk = (nvec + csize - 1) / csize;
+    const int64_t v0 = (int64_t)crank * chunk;
+    const int64_t count = v0 < nvec ? (nvec - v0 < chunk ? nvec - v0 : chunk) : 0;
+    col0 = v0 * VEC;
+    col_end = col0 + count * VEC;
+    ring_red_init(warp_cluster_red(), csize);
+  }
+  const int64_t unit = CLUSTER ? blockIdx.x / csize : blockIdx.x; /* the CTA or cluster */
+  const int64_t nunits = CLUSTER ? gridDim.x / csize : gridDim.x;
+  int xround = 0;
   __shared__ float xchg[2][WARPS_PER_ROW > 1 ? 8 : 1][2]; /* [row parity][warp in CTA][sum] */
   int parity = 0;
   constexpr bool STAGED = VEC * sizeof(T) == 16;
@@ -104,8 +133,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   float *red = reinterpret_cast<float *>(dyn_smem);
   const int lane = threadIdx.x % GROUP;
   const int group_in_span = (threadIdx.x % SPAN) / GROUP;
-  const int64_t span_id = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / SPAN;
-  const int64_t nspans = (int64_t)gridDim.x * blockDim.x / SPAN;
+  const int64_t span_id = (unit * blockDim.x + threadIdx.x) / SPAN;
+  const int64_t nspans = nunits * blockDim.x / SPAN;
   const int64_t step = nspans * ROWS_PER_SPAN;
   const T *dy = (const T *)a.dy;
   const T *xy = (const T *)a.xy;
@@ -125,8 +154,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     if (row < a.rows)
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
-        if (col < a.cols) {
+        const int64_t col = col0 + ((int64_t)k * GROUP + lane) * VEC;
+        if (col < col_end) {
           cp_async_16(slot(s, 0, k), dy + row * a.dy_stride + col);
           cp_async_16(slot(s, 1, k), xy + row * a.xy_stride + col);
         }
@@ -139,11 +168,12 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
    * sweep 26 (H200) measured +5 to +15 points at N = 768-2048. */
   [[maybe_unused]] float *sparam =
       reinterpret_cast<float *>(dyn_smem + (size_t)4 * VPT * blockDim.x * 16);
+  const int64_t pcols = col_end - col0; /* columns of sparam's gamma (then beta) */
   if constexpr (PARAM_SMEM) {
-    for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
-      sparam[c] = gamma ? to_f32(gamma[c]) : 1.f;
+    for (int64_t c = threadIdx.x; c < pcols; c += blockDim.x) {
+      sparam[c] = gamma ? to_f32(gamma[col0 + c]) : 1.f;
       if (a.from_y)
-        sparam[a.cols + c] = beta ? to_f32(beta[c]) : 0.f;
+        sparam[pcols + c] = beta ? to_f32(beta[col0 + c]) : 0.f;
     }
     __syncthreads();
   }
@@ -159,7 +189,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
    * shuffle and barrier, and every warp passes as many named barriers as the others before the
    * fold's CTA-wide ones (racecheck flagged the fold when the CTA's last spans had a row less
    * than its first). A span past the last row runs its round with row_ok false. */
-  const int64_t cta_first = (int64_t)blockIdx.x * (blockDim.x / SPAN) * ROWS_PER_SPAN;
+  const int64_t cta_first = unit * (blockDim.x / SPAN) * ROWS_PER_SPAN;
   for (int64_t base = cta_first; base < a.rows; base += step) {
     const int64_t row = base + (first - cta_first);
     const bool row_ok = row < a.rows;
@@ -174,8 +204,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     float sums[2] = {0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
-      if (row_ok && col < a.cols) {
+      const int64_t col = col0 + ((int64_t)k * GROUP + lane) * VEC;
+      if (row_ok && col < col_end) {
         float xv[VEC], gm[VEC], bt[VEC];
         if constexpr (STAGED) {
           const Pack<T, VEC> pd = *slot(stg, 0, k), px = *slot(stg, 1, k);
@@ -192,10 +222,11 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           static_assert(VEC % 4 == 0, "16-byte rows");
 #pragma unroll
           for (int q = 0; q < VEC / 4; ++q) {
-            const float4 gv = *reinterpret_cast<const float4 *>(sparam + col + 4 * q);
+            const float4 gv = *reinterpret_cast<const float4 *>(sparam + (col - col0) + 4 * q);
             gm[4 * q] = gv.x, gm[4 * q + 1] = gv.y, gm[4 * q + 2] = gv.z, gm[4 * q + 3] = gv.w;
             if (a.from_y) {
-              const float4 bv = *reinterpret_cast<const float4 *>(sparam + a.cols + col + 4 * q);
+              const float4 bv =
+                  *reinterpret_cast<const float4 *>(sparam + pcols + (col - col0) + 4 * q);
               bt[4 * q] = bv.x, bt[4 * q + 1] = bv.y, bt[4 * q + 2] = bv.z, bt[4 * q + 3] = bv.w;
             } else {
               bt[4 * q] = bt[4 * q + 1] = bt[4 * q + 2] = bt[4 * q + 3] = 0.f;
@@ -243,12 +274,23 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       }
       parity ^= 1;
     }
+    if constexpr (CLUSTER) {
+      /* The row's CTAs add their sums, in rank order. The barrier above (all 256 threads)
+       * stands between this exchange and the previous row's reads of its slots. */
+      RingRed &cr = warp_cluster_red();
+      const int xs = cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), cr, xround, csize);
+      sums[0] = sums[1] = 0.f;
+      for (int r = 0; r < csize; ++r) {
+        sums[0] += cr.cta[xs][r].x;
+        sums[1] += cr.cta[xs][r].y;
+      }
+    }
     if (!row_ok)
       continue;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
-      if (col < a.cols) {
+      const int64_t col = col0 + ((int64_t)k * GROUP + lane) * VEC;
+      if (col < col_end) {
         float out[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -264,6 +306,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   }
   if constexpr (STAGED)
     cp_async_wait(0); /* (only empty groups can be pending) before the fold reuses the stages */
+  if constexpr (CLUSTER)
+    cluster_barrier(csize); /* no CTA leaves while another may still write its slots */
   if (!a.want_dparams)
     return;
   /* Fold the CTA's row groups (which all own the same columns) in a fixed order. */
@@ -279,8 +323,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       for (int e = 0; e < VEC; ++e)
         red[group * width + (k * GROUP + lane) * VEC + e] = acc[k * VEC + e];
     __syncthreads();
-    float *out = a.partial + ((int64_t)which * a.nparts + blockIdx.x) * a.cols;
-    for (int c = threadIdx.x; c < width && c < a.cols; c += blockDim.x) {
+    float *out = a.partial + ((int64_t)which * a.nparts + unit) * a.cols + col0;
+    for (int c = threadIdx.x; c < width && c < col_end - col0; c += blockDim.x) {
       float sum = 0.f;
       for (int r = 0; r < groups; ++r)
         sum += red[r * width + c];
@@ -827,24 +871,36 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
     if constexpr (VEC * sizeof(T) == 16)
       if (plan.vpt == VPT && plan.param_smem)
         k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group);
+    /* Experimental (tuning builds, FNORM_TUNE_BWD_WARP_CLUSTER=1): a cluster of 8-warp CTAs a
+     * row; never planned otherwise. */
+    const int cl = plan.cluster > 1 ? plan.cluster : 1;
+    if (cl > 1) {
+      k = nullptr;
+      if constexpr (VEC * sizeof(T) == 16 && kTuningBuild)
+        if (plan.vpt == VPT && plan.group == 256 && plan.param_smem)
+          k = bwd_warp_kernel<T, P, VEC, 256, VPT, true, true>;
+    }
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
-    /* The plan's stages (or fold buffer), then gamma (and beta, from y) as fp32. */
+    /* The plan's stages (or fold buffer), then gamma (and beta, from y) as fp32 for the CTA's
+     * columns: the row's, or its chunk of the cluster's. */
     size_t smem = plan.smem;
+    const int64_t pcols = cl > 1 ? (a.cols / VEC + cl - 1) / cl * VEC : a.cols;
     if (plan.param_smem)
-      smem += (size_t)(a.from_y ? 2 : 1) * a.cols * sizeof(float);
-    /* The CTAs loop over their rows, so more than fit at once (registers allow 2 an SM) only
-     * make a second wave and more partial rows to write and add. */
-    int64_t grid = plan.grid;
+      smem += (size_t)(a.from_y ? 2 : 1) * pcols * sizeof(float);
+    /* The CTAs (clusters) loop over their rows, so more than fit at once (registers allow 2 CTAs
+     * an SM) only make a second wave and more partial rows to write and add. */
+    int64_t units = plan.grid / cl;
     if (plan.resident) {
-      const fnorm_status st = kernel_attributes(k, smem, 1) != FNORM_SUCCESS
-                                  ? FNORM_ERR_CUDA
-                                  : persistent_units(k, plan.threads, smem, 1, plan.grid, &grid);
+      const fnorm_status st =
+          kernel_attributes(k, smem, cl) != FNORM_SUCCESS
+              ? FNORM_ERR_CUDA
+              : persistent_units(k, plan.threads, smem, cl, plan.grid / cl, &units);
       if (st != FNORM_SUCCESS)
         return st;
-      a.nparts = grid;
+      a.nparts = units;
     }
-    return launch_kernel(k, grid, plan.threads, smem, 1, stream, a);
+    return launch_kernel(k, units * cl, plan.threads, smem, cl, stream, a);
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = bwd_reg_vpt(VEC);

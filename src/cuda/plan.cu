@@ -64,19 +64,21 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
  * build) reads overrides from FNORM_TUNE_* environment variables, so one benchmark run on a GPU can
  * sweep them (scripts/tune_sweep.sh). */
 struct Tuning {
-  int ring;            /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
-  int stages;          /* stages of the ring, at most */
-  int threads;         /* threads a CTA, at most */
-  int cap;             /* vectors a CTA, preferably at most (a cluster beyond) */
-  int cap_4k;          /* the same for rows of 2049-4096 vectors */
-  int min_rows;        /* rows a persistent CTA (or cluster) gets at least, when M is small */
-  int bwd_warps;       /* backward warp tier: warps a row at most on 16-byte rows (1, 2 or 4) */
-  int bwd_fill4;       /* ... 16-bit rows take 4 warps only past this many sixteenths of them */
-  int bwd_fill8;       /* ... and 8 warps only past this many sixteenths of them */
-  int bwd_resident;    /* ... 1: its grid at most the CTAs resident at once, 0: 4 an SM */
-  int bwd_param_smem;  /* ... 1: rows of a warp or more read gamma/beta from shared memory, 0:
-                          all from global memory (tuning builds only) */
-  int fwd_cta;         /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
+  int ring;             /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
+  int stages;           /* stages of the ring, at most */
+  int threads;          /* threads a CTA, at most */
+  int cap;              /* vectors a CTA, preferably at most (a cluster beyond) */
+  int cap_4k;           /* the same for rows of 2049-4096 vectors */
+  int min_rows;         /* rows a persistent CTA (or cluster) gets at least, when M is small */
+  int bwd_warps;        /* backward warp tier: warps a row at most on 16-byte rows (1, 2, 4, 8) */
+  int bwd_fill4;        /* ... 16-bit rows take 4 warps only past this many sixteenths of them */
+  int bwd_fill8;        /* ... and 8 warps only past this many sixteenths of them */
+  int bwd_resident;     /* ... 1: its grid at most the CTAs resident at once, 0: 4 an SM */
+  int bwd_param_smem;   /* ... 1: rows of a warp or more read gamma/beta from shared memory, 0:
+                           all from global memory (tuning builds only) */
+  int bwd_warp_cluster; /* ... 1 (experimental, tuning builds): rows past 8 warps over a cluster
+                           of 8-warp CTAs (sm_90); 0: never */
+  int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
   int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never */
@@ -94,7 +96,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 32, 16, 1, 4, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 0, 1, 32, 16, 1, 4, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -111,6 +113,7 @@ Tuning tuning() {
   t.bwd_fill8 = tune_knob("FNORM_TUNE_BWD_FILL8", t.bwd_fill8);
   t.bwd_resident = tune_knob("FNORM_TUNE_BWD_RESIDENT", t.bwd_resident);
   t.bwd_param_smem = tune_knob("FNORM_TUNE_BWD_PARAM_SMEM", t.bwd_param_smem);
+  t.bwd_warp_cluster = tune_knob("FNORM_TUNE_BWD_WARP_CLUSTER", t.bwd_warp_cluster);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
 #endif
@@ -325,6 +328,14 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   int64_t max_lanes = 32;
   if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4 || tn.bwd_warps == 8))
     max_lanes = 32 * (int64_t)tn.bwd_warps;
+  /* Experimental (tuning builds, sweep 28): 16-byte rows past 8 warps over a cluster of up to
+   * 16 8-warp CTAs (sm_90), each CTA an even chunk of the row, instead of the ring. */
+  int64_t wcluster = 1;
+  if (kTuningBuild && tn.bwd_warp_cluster == 1 && max_lanes == 256 && lanes > 256 &&
+      lanes <= 16 * 256 && dev.cc_major >= 9 && tn.bwd_param_smem == 1) {
+    wcluster = lanes / 256;
+    lanes = 256;
+  }
   const int64_t fill = lanes == 128 ? tn.bwd_fill4 : lanes == 256 ? tn.bwd_fill8 : 0;
   const bool warp_fits = lanes <= max_lanes && !(dtype_bytes(p->dtype) == 2 && lanes >= 128 &&
                                                  16 * nvec <= fill * lanes * vpt);
@@ -348,12 +359,15 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.tier = TIER_WARP;
     pl.vpt = vpt;
     pl.group = (int)lanes;
+    pl.cluster = (int)wcluster;
     /* (Not three_per_lane: 24 elements a lane spill the backward's registers; measured 60% ->
      * 46% of the copy at 384 bf16 elements.) */
     pl.threads = 256;
     const int64_t rows_per_cta = pl.threads / pl.group;
-    pl.grid = min64(ceil_div(p->rows, rows_per_cta), (int64_t)dev.sm_count * 4);
-    pl.nparts = pl.grid; /* the launch may take fewer (resident) */
+    /* CTAs (or clusters): a partial row each; the launch may take fewer (resident). */
+    pl.nparts =
+        min64(ceil_div(p->rows, rows_per_cta), max64(1, (int64_t)dev.sm_count * 4 / wcluster));
+    pl.grid = pl.nparts * wcluster;
     pl.resident = tn.bwd_resident;
     /* gamma/beta from shared memory: sweep 26 (H200, 2^27 elements) +5 to +15 points at N =
      * 768-2048, +1 to +2 at fp32 512-768, but -1 to -2 at 16-bit 256 (a row of 16 lanes). */
