@@ -81,6 +81,11 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, 256 / pl.group),
             "forward warp tier: 1 CTA to one a row group");
     require(!pl.staged || (wide && pl.vpt <= 4), "forward staged rows: 16-byte, <= 4 vectors");
+    require(!pl.param_smem || wide, "forward warp tier: gamma/beta in shared memory: 16-byte");
+    require((pl.staged ? 2 * (size_t)pl.vpt * pl.threads * 16 : 0) +
+                    (pl.param_smem ? 2 * (size_t)p.cols * 4 : 0) <=
+                (size_t)dev.max_smem_optin,
+            "forward warp tier: stages and gamma/beta fit in shared memory");
     return;
   }
   if (!require(pl.tier == TIER_ROW, "forward: the warp or the row tier"))

@@ -44,12 +44,17 @@ __device__ __forceinline__ void store_row_stats(const FwdParams &a, int64_t row,
 
 /* STAGED (16-byte vectors, chosen by plan_forward): each lane copies its own vectors of its next
  * row into shared memory with cp.async while it works on this one, as bwd_warp_kernel does (no
- * barrier: a lane reads back only its own copies), so two rows' loads are in flight a warp. */
-template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false>
+ * barrier: a lane reads back only its own copies), so two rows' loads are in flight a warp.
+ * PARAM_SMEM (experimental, tuning builds, 16-byte rows): gamma and beta as fp32 in shared
+ * memory after the stages, filled once a CTA, as the backward warp tier reads them (sweep 26
+ * gained it 5-15 points); sweep 29 asks whether the forward gains too. */
+template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false,
+          bool PARAM_SMEM = false>
 __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int ROWS_PER_WARP = 32 / GROUP;
   static_assert(!STAGED || VEC * sizeof(T) == 16, "staging copies 16-byte vectors");
+  static_assert(!PARAM_SMEM || VEC % 4 == 0, "parameters from shared memory: 16-byte rows");
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   /* STAGED: stage s, vector k of thread t at (s * VPT + k) * blockDim.x + t. */
   Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
@@ -75,6 +80,15 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       }
     cp_async_commit();
   };
+  [[maybe_unused]] float *sparam =
+      reinterpret_cast<float *>(dyn_smem + (STAGED ? (size_t)2 * VPT * blockDim.x * 16 : 0));
+  if constexpr (PARAM_SMEM) {
+    for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
+      sparam[c] = gamma ? to_f32(gamma[c]) : 1.f;
+      sparam[a.cols + c] = beta ? to_f32(beta[c]) : 0.f;
+    }
+    __syncthreads();
+  }
   int stg = 0; /* the stage this row is in */
   if constexpr (STAGED)
     issue(0, warp_id * ROWS_PER_WARP + group_in_warp);
@@ -150,8 +164,18 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (col < a.cols) {
         float g[VEC], b[VEC], out[VEC];
-        load_param<P, VEC>(gamma, col, 1.f, g);
-        load_param<P, VEC>(beta, col, 0.f, b);
+        if constexpr (PARAM_SMEM) {
+#pragma unroll
+          for (int q = 0; q < VEC / 4; ++q) {
+            const float4 gv = *reinterpret_cast<const float4 *>(sparam + col + 4 * q);
+            const float4 bv = *reinterpret_cast<const float4 *>(sparam + a.cols + col + 4 * q);
+            g[4 * q] = gv.x, g[4 * q + 1] = gv.y, g[4 * q + 2] = gv.z, g[4 * q + 3] = gv.w;
+            b[4 * q] = bv.x, b[4 * q + 1] = bv.y, b[4 * q + 2] = bv.z, b[4 * q + 3] = bv.w;
+          }
+        } else {
+          load_param<P, VEC>(gamma, col, 1.f, g);
+          load_param<P, VEC>(beta, col, 0.f, b);
+        }
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           out[e] = fmaf(v[k * VEC + e] * rstd, g[e], b[e]);
@@ -598,36 +622,37 @@ __global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t ch
   cluster_barrier(csize);
 }
 
-/* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none). */
-template <typename T, typename P, int VEC, int VPT, bool STAGED>
+/* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none); PSM:
+ * the experimental form with gamma/beta in shared memory (tuning builds only). */
+template <typename T, typename P, int VEC, int VPT, bool STAGED, bool PSM = false>
 static void (*fwd_warp_group(int group))(FwdParams) {
   switch (group) {
   case 32:
-    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED>;
+    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED, PSM>;
   case 16:
-    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED>;
+    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED, PSM>;
   case 8:
-    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED>;
+    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED, PSM>;
   case 4:
-    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED>;
+    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED, PSM>;
   default:
     return nullptr;
   }
 }
 
 /* The warp tier's kernel for the plan's lanes a row and vectors a lane (nullptr if none). */
-template <typename T, typename P, int VEC, bool STAGED>
+template <typename T, typename P, int VEC, bool STAGED, bool PSM = false>
 static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
   if (plan.vpt == 8 && plan.group == 32) {
     if constexpr (!STAGED) /* plan_forward stages up to 4 vectors a lane */
-      return fwd_warp_kernel<T, P, VEC, 32, 8, false>;
+      return fwd_warp_kernel<T, P, VEC, 32, 8, false, PSM>;
     return nullptr;
   }
   if (plan.vpt == 4)
-    return fwd_warp_group<T, P, VEC, 4, STAGED>(plan.group);
+    return fwd_warp_group<T, P, VEC, 4, STAGED, PSM>(plan.group);
   if constexpr (VEC > 1) {
     if (plan.vpt == 3)
-      return fwd_warp_group<T, P, VEC, 3, STAGED>(plan.group);
+      return fwd_warp_group<T, P, VEC, 3, STAGED, PSM>(plan.group);
   }
   return nullptr;
 }
@@ -635,13 +660,21 @@ static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
-    void (*k)(FwdParams) = fwd_warp_pick<T, P, VEC, false>(plan);
+    /* param_smem: experimental, planned only in tuning builds (FNORM_TUNE_FWD_PARAM_SMEM=1). */
+    const bool psm = plan.param_smem != 0;
+    void (*k)(FwdParams) = psm ? nullptr : fwd_warp_pick<T, P, VEC, false>(plan);
     size_t smem = 0;
     if constexpr (VEC * sizeof(T) == 16) {
       if (plan.staged) { /* two stages of vpt 16-byte vectors a thread */
-        k = fwd_warp_pick<T, P, VEC, true>(plan);
+        k = psm ? nullptr : fwd_warp_pick<T, P, VEC, true>(plan);
         smem = (size_t)2 * plan.vpt * plan.threads * 16;
       }
+      if constexpr (kTuningBuild)
+        if (psm) { /* then gamma and beta as fp32 */
+          k = plan.staged ? fwd_warp_pick<T, P, VEC, true, true>(plan)
+                          : fwd_warp_pick<T, P, VEC, false, true>(plan);
+          smem += (size_t)2 * a.cols * sizeof(float);
+        }
     }
     if (!k)
       return FNORM_ERR_UNSUPPORTED;

@@ -80,7 +80,8 @@ struct Plan {
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
-  int param_smem;   /* TIER_WARP backward: gamma/beta read from shared memory (16-byte rows) */
+  int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
+                       experimental, tuning builds) */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */

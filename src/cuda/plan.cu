@@ -86,6 +86,8 @@ struct Tuning {
   int fwd_stream;      /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
                           kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
                           never */
+  int fwd_param_smem;  /* forward warp tier, experimental (tuning builds, sweep 29): 1 reads gamma
+                          and beta from shared memory on 16-byte rows; 0 (default) never */
 };
 
 #ifdef FNORM_TUNING
@@ -96,7 +98,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 0, 1, 32, 16, 1, 4, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 0, 1, 32, 16, 1, 4, 1, 0};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -116,6 +118,7 @@ Tuning tuning() {
   t.bwd_warp_cluster = tune_knob("FNORM_TUNE_BWD_WARP_CLUSTER", t.bwd_warp_cluster);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
+  t.fwd_param_smem = tune_knob("FNORM_TUNE_FWD_PARAM_SMEM", t.fwd_param_smem);
 #endif
   return t;
 }
@@ -234,6 +237,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
      * cells lost 0.4-9 points). */
     pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
                 p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
+    pl.param_smem =
+        kTuningBuild && tn.fwd_param_smem == 1 && vec * (int64_t)dtype_bytes(p->dtype) == 16;
     return pl;
   }
   pl.tier = TIER_ROW;
