@@ -798,44 +798,39 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-/* The warp tier's kernel for `group` lanes a row (nullptr if none). Rows over 2, 4 or 8 warps
- * (64, 128 or 256 lanes) need 16-byte vectors. 16-byte rows of a warp or more read gamma/beta from
- * shared memory (PARAM_SMEM, sweep 26); tuning builds also keep their global-memory form, to
- * compare (FNORM_TUNE_BWD_PARAM_SMEM=0). Shorter rows and rows of single elements read global
- * memory. */
+/* The warp tier's kernel for GROUP lanes a row, or nullptr where that form is not built. Rows
+ * over 2, 4 or 8 warps (64, 128 or 256 lanes) need 16-byte vectors. 16-byte rows of a warp or
+ * more read gamma/beta from shared memory (PARAM_SMEM, sweep 26); tuning builds also keep their
+ * global-memory form, to compare (FNORM_TUNE_BWD_PARAM_SMEM=0). Shorter rows and rows of single
+ * elements read global memory. */
+template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM, int GROUP>
+static void (*bwd_warp_built())(BwdParams) {
+  constexpr bool WIDE = VEC * sizeof(T) == 16;
+  constexpr bool BUILT =
+      GROUP < 32 ? !PARAM_SMEM : (PARAM_SMEM || !WIDE || kTuningBuild) && (GROUP == 32 || WIDE);
+  if constexpr (BUILT)
+    return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM>;
+  return nullptr;
+}
+
+/* The same for `group` lanes a row (nullptr for any other count). */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM>
 static void (*bwd_warp_group(int group))(BwdParams) {
-  constexpr bool WIDE = VEC * sizeof(T) == 16;
-  constexpr bool FULL = PARAM_SMEM || !WIDE || kTuningBuild; /* a form for rows of a warp+ */
   switch (group) {
   case 4:
-    if constexpr (!PARAM_SMEM)
-      return bwd_warp_kernel<T, P, VEC, 4, VPT, false>;
-    return nullptr;
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 4>();
   case 8:
-    if constexpr (!PARAM_SMEM)
-      return bwd_warp_kernel<T, P, VEC, 8, VPT, false>;
-    return nullptr;
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 8>();
   case 16:
-    if constexpr (!PARAM_SMEM)
-      return bwd_warp_kernel<T, P, VEC, 16, VPT, false>;
-    return nullptr;
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 16>();
   case 32:
-    if constexpr (FULL)
-      return bwd_warp_kernel<T, P, VEC, 32, VPT, PARAM_SMEM>;
-    return nullptr;
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 32>();
   case 64:
-    if constexpr (WIDE && FULL)
-      return bwd_warp_kernel<T, P, VEC, 64, VPT, PARAM_SMEM>;
-    return nullptr;
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 64>();
   case 128:
-    if constexpr (WIDE && FULL)
-      return bwd_warp_kernel<T, P, VEC, 128, VPT, PARAM_SMEM>;
-    return nullptr;
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 128>();
   case 256:
-    if constexpr (WIDE && FULL)
-      return bwd_warp_kernel<T, P, VEC, 256, VPT, true>;
-    return nullptr;
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 256>();
   default:
     return nullptr;
   }
