@@ -853,8 +853,8 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       if (st != FNORM_SUCCESS)
         return st;
       a.nparts = units;
-      return launch_kernel(k, units * plan.cluster, plan.threads, plan.smem, plan.cluster, stream,
-                           a, plan.chunk, plan.nbuf);
+      return launch_prepared(k, units * plan.cluster, plan.threads, plan.smem, plan.cluster, stream,
+                             a, plan.chunk, plan.nbuf);
     }
     return FNORM_ERR_UNSUPPORTED; /* the ring needs 16-byte vectors */
   }
@@ -886,16 +886,15 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
     /* The CTAs (clusters) loop over their rows, so more than fit at once (registers allow 2 CTAs
      * an SM) only make a second wave and more partial rows to write and add. */
     int64_t units = plan.grid / cl;
-    if (plan.resident) {
-      const fnorm_status st =
-          kernel_attributes(k, smem, cl) != FNORM_SUCCESS
-              ? FNORM_ERR_CUDA
-              : persistent_units(k, plan.threads, smem, cl, plan.grid / cl, &units);
-      if (st != FNORM_SUCCESS)
-        return st;
-      a.nparts = units;
-    }
-    return launch_kernel(k, units * cl, plan.threads, smem, cl, stream, a);
+    if (!plan.resident) /* (tuning builds: FNORM_TUNE_BWD_RESIDENT=0) */
+      return launch_kernel(k, units * cl, plan.threads, smem, cl, stream, a);
+    const fnorm_status st = kernel_attributes(k, smem, cl) != FNORM_SUCCESS
+                                ? FNORM_ERR_CUDA
+                                : persistent_units(k, plan.threads, smem, cl, units, &units);
+    if (st != FNORM_SUCCESS)
+      return st;
+    a.nparts = units;
+    return launch_prepared(k, units * cl, plan.threads, smem, cl, stream, a);
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = bwd_reg_vpt(VEC);

@@ -199,6 +199,21 @@ fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem
   return FNORM_SUCCESS;
 }
 
+/* Launch `grid` CTAs (> 0) of a kernel whose attributes for smem and cluster
+ * (kernel_attributes) are set already; returns FNORM_ERR_CUDA on any failure. */
+template <typename... KArgs, typename... Args>
+fnorm_status launch_prepared(void (*kernel)(KArgs...), int64_t grid, int threads, size_t smem,
+                             int cluster, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+  launch_config(cfg, attr, grid, threads, smem, cluster, stream);
+  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {
+    cudaGetLastError(); /* a launch error is not sticky: clear it so later calls start clean */
+    return FNORM_ERR_CUDA;
+  }
+  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
+}
+
 /* Launch a kernel with a cluster dimension (when cluster > 1), dynamic shared memory and
  * the attributes both need; returns FNORM_ERR_CUDA on any failure. A negative grid asks for
  * a persistent launch: as many clusters as can be resident at once, at most -grid. */
@@ -207,21 +222,14 @@ fnorm_status launch_kernel(void (*kernel)(KArgs...), int64_t grid, int threads, 
                            int cluster, cudaStream_t stream, Args... args) {
   if (kernel_attributes(kernel, smem, cluster) != FNORM_SUCCESS)
     return FNORM_ERR_CUDA;
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[1];
-  launch_config(cfg, attr, grid > 0 ? grid : cluster, threads, smem, cluster, stream);
   if (grid < 0) {
     int64_t units = 0;
     const fnorm_status st = persistent_units(kernel, threads, smem, cluster, -grid, &units);
     if (st != FNORM_SUCCESS)
       return st;
-    cfg.gridDim = dim3((unsigned)(units * cluster), 1, 1);
+    grid = units * cluster;
   }
-  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {
-    cudaGetLastError(); /* a launch error is not sticky: clear it so later calls start clean */
-    return FNORM_ERR_CUDA;
-  }
-  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
+  return launch_prepared(kernel, grid, threads, smem, cluster, stream, args...);
 }
 
 } // namespace fnorm_cuda
