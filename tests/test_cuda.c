@@ -145,6 +145,9 @@ enum { CTA_TIER_ROWS = 320 };
  * get 4 rows each: 4 x 16 x 8 x 160 SMs, again more than any supported GPU needs. */
 enum { STAGED_TIER_ROWS = 81920 };
 
+/* Rows from which fp32 backward rows past 8 warps go over a cluster of 8-warp CTAs (sm_90). */
+enum { CLUSTER_TIER_ROWS = 4096 };
+
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
  * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */
 static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
@@ -209,6 +212,27 @@ static void cuda_sizes(void) {
         tcase_apply_layout(&c, 3, 1);
         c.gamma = c.beta = c.mean_out = c.rstd_out = 0;
         gpu_forward_case("cuda", &c);
+      }
+    }
+  }
+  /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
+   * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last
+   * CTA's chunk shorter where the row does not split evenly (8196, 16392), once with aligned
+   * rows with a gap and no gamma/beta. Also the forward and the backward from y. Not under
+   * --quick (its rows are too few for the tier): --filter 'M=4096 ' picks them. */
+  if (!g_opt.quick) {
+    static const struct {
+      int norm;
+      int64_t cols;
+    } clustered[] = {{0, 5120}, {1, 8196}, {0, 16392}};
+    for (s = 0; s < 3; s++) {
+      tcase c = tcase_default(norms[clustered[s].norm], FNORM_DTYPE_F32, FNORM_DTYPE_SAME,
+                              CLUSTER_TIER_ROWS, clustered[s].cols);
+      gpu_case("cuda", &c);
+      if (s == 0) {
+        tcase_apply_layout(&c, 3, 1);
+        c.gamma = c.beta = 0;
+        gpu_case("cuda", &c);
       }
     }
   }

@@ -82,6 +82,9 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "forward warp tier: 1 CTA to one a row group");
     require(!pl.staged || (wide && pl.vpt <= 4), "forward staged rows: 16-byte, <= 4 vectors");
     require(!pl.param_smem || wide, "forward warp tier: gamma/beta in shared memory: 16-byte");
+    require(!pl.param_smem || kTuningBuild ||
+                (pl.staged && (p.dtype == FNORM_DTYPE_F32 || p.norm == FNORM_LAYERNORM)),
+            "forward warp tier: gamma/beta in shared memory on staged fp32 or LayerNorm rows");
     require((pl.staged ? 2 * (size_t)pl.vpt * pl.threads * 16 : 0) +
                     (pl.param_smem ? 2 * (size_t)p.cols * 4 : 0) <=
                 (size_t)dev.max_smem_optin,
@@ -140,10 +143,13 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
             "backward warp tier: 4 to 256 lanes a row");
     require(pl.group <= 32 || wide, "backward warp tier: rows over several warps are 16-byte");
     require(pl.vpt * vec == 16, "backward warp tier: 16 elements a lane");
-    /* cluster > 1: the experimental clusters of 8-warp CTAs (tuning builds only). */
+    /* cluster > 1: clusters of 8-warp CTAs, fp32 rows of up to 8 (16-bit and 16 CTAs: tuning
+     * builds only). */
     require(pl.cluster == 1 || (pl.group == 256 && wide && dev.cc_major >= 9 &&
                                 is_pow2(pl.cluster) && pl.cluster <= 16 && pl.param_smem),
             "backward warp tier: clusters only of 8-warp 16-byte rows on sm_90");
+    require(pl.cluster == 1 || kTuningBuild || (p.dtype == FNORM_DTYPE_F32 && pl.cluster <= 8),
+            "backward warp tier: clusters only of fp32 rows, of up to 8 CTAs");
     require((int64_t)pl.group * pl.vpt * pl.cluster >= nvec, "backward warp tier: row covered");
     require(pl.cluster > 1 ? (int64_t)pl.group * pl.vpt * (pl.cluster / 2) < nvec
                            : pl.group == 4 || (int64_t)(pl.group / 2) * pl.vpt < nvec,
@@ -216,6 +222,18 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
         check_forward(plan_forward(&p, vecs[v], d.info), p, vecs[v], d.info);
       else
         check_backward(plan_backward(&p, vecs[v], d.info), p, vecs[v], d.info);
+      if (dir == 1 && !g_why[0]) { /* and from y */
+        Plan pl = plan_backward(&p, vecs[v], d.info);
+        plan_backward_from_y(pl, &p, true, d.info);
+        require(!pl.param_smem || pl.tier != TIER_RING || p.norm == FNORM_LAYERNORM,
+                "backward ring from y: beta in shared memory only for LayerNorm");
+        require(pl.tier != TIER_RING || pl.smem <= (size_t)d.info.max_smem_optin,
+                "backward ring from y: stages and beta fit in shared memory");
+        require(pl.tier != TIER_RING || !pl.param_smem ||
+                    pl.smem ==
+                        plan_backward(&p, vecs[v], d.info).smem + (size_t)pl.chunk * pl.vec * 4,
+                "backward ring from y: beta's fp32 chunk after the stages");
+      }
       if (!g_why[0]) {
         ++g_passed;
         continue;
@@ -225,6 +243,86 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
                d.name, (int)pair.dtype, (int)pair.param, norm == FNORM_LAYERNORM ? "LN" : "RMS",
                (long long)rows, (long long)cols, vecs[v], g_why);
     }
+}
+
+/* The choices the benchmarks measured (bench/tune/), on the H200 and the A100 descriptions: a
+ * failed expectation means the planner no longer picks what the numbers picked. */
+void expect(const Device &d, fnorm_dtype dt, fnorm_norm norm, int64_t rows, int64_t cols,
+            bool backward, bool ok, const char *what) {
+  if (ok) {
+    ++g_passed;
+    return;
+  }
+  ++g_failed;
+  printf("FAIL %s, dtype %d, %s %s, M = %lld, N = %lld: expected %s\n", d.name, (int)dt,
+         norm == FNORM_LAYERNORM ? "LN" : "RMS", backward ? "backward" : "forward", (long long)rows,
+         (long long)cols, what);
+}
+
+fnorm_problem problem(fnorm_dtype dt, fnorm_norm norm, int64_t rows, int64_t cols) {
+  fnorm_problem p;
+  memset(&p, 0, sizeof p);
+  p.norm = norm;
+  p.rows = rows;
+  p.cols = cols;
+  p.dtype = p.param_dtype = dt;
+  p.eps = 1e-5f;
+  p.x_stride = p.y_stride = p.dy_stride = p.dx_stride = cols;
+  return p;
+}
+
+void check_choices() {
+  if (kTuningBuild) /* the environment may move the knobs */
+    return;
+  const Device &h200 = kDevices[0], &a100 = kDevices[1];
+  const fnorm_norm LN = FNORM_LAYERNORM, RMS = FNORM_RMSNORM;
+  const fnorm_dtype F32 = FNORM_DTYPE_F32, BF16 = FNORM_DTYPE_BF16;
+  /* Backward: fp32 rows of 4097-32768 over a cluster of 8-warp CTAs (sweep 28) from 4096 rows
+   * on (sweep 30), the ring otherwise (fewer rows, 16-bit rows, 65536, sm_80). */
+  const int64_t cl_cols[] = {5120, 8192, 16384, 32768};
+  const int cl_size[] = {2, 2, 4, 8};
+  for (int i = 0; i < 4; ++i)
+    for (int nm = 0; nm < 2; ++nm) {
+      const fnorm_norm norm = nm ? RMS : LN;
+      const int64_t rows = ((int64_t)1 << 27) / cl_cols[i];
+      fnorm_problem p = problem(F32, norm, rows, cl_cols[i]);
+      Plan pl = plan_backward(&p, 4, h200.info);
+      expect(h200, F32, norm, rows, cl_cols[i], true,
+             pl.tier == TIER_WARP && pl.group == 256 && pl.cluster == cl_size[i],
+             "the 8-warp rows over a cluster");
+      pl = plan_backward(&p, 4, a100.info);
+      expect(a100, F32, norm, rows, cl_cols[i], true, pl.tier != TIER_WARP, "no warp-tier row");
+      p.rows = 2048; /* few rows: the ring (sweep 30) */
+      pl = plan_backward(&p, 4, h200.info);
+      expect(h200, F32, norm, 2048, cl_cols[i], true, pl.tier == TIER_RING, "the ring");
+      p.rows = rows;
+      p = problem(BF16, norm, rows, cl_cols[i]);
+      pl = plan_backward(&p, 8, h200.info);
+      expect(h200, BF16, norm, rows, cl_cols[i], true, pl.tier == TIER_RING, "the ring");
+    }
+  fnorm_problem p = problem(F32, LN, 2048, 65536);
+  expect(h200, F32, LN, 2048, 65536, true, plan_backward(&p, 4, h200.info).tier == TIER_RING,
+         "the ring");
+  /* Forward: gamma/beta from shared memory on staged fp32 and 16-bit LayerNorm rows (sweep
+   * 29), not on 16-bit RMSNorm rows, 8 vectors a lane or few rows. */
+  const int64_t fcols[] = {256, 512, 1024, 2048};
+  for (int i = 0; i < 4; ++i)
+    for (int dt = 0; dt < 2; ++dt)
+      for (int nm = 0; nm < 2; ++nm) {
+        const fnorm_dtype dtype = dt ? BF16 : F32;
+        const fnorm_norm norm = nm ? RMS : LN;
+        const int vec = dt ? 8 : 4;
+        const int64_t rows = ((int64_t)1 << 27) / fcols[i];
+        const bool vpt4 = fcols[i] / vec <= 128;
+        p = problem(dtype, norm, rows, fcols[i]);
+        const bool want = vpt4 && (dtype == F32 || norm == LN);
+        expect(h200, dtype, norm, rows, fcols[i], false,
+               plan_forward(&p, vec, h200.info).param_smem == want,
+               want ? "gamma/beta from shared memory" : "gamma/beta from global memory");
+        p = problem(dtype, norm, 4096, fcols[i]);
+        expect(h200, dtype, norm, 4096, fcols[i], false,
+               !plan_forward(&p, vec, h200.info).param_smem, "gamma/beta from global memory");
+      }
 }
 
 } // namespace
@@ -264,6 +362,7 @@ int main(void) {
           check(d, pair, nm, grid_rows > 0 ? grid_rows : 1, cols);
         }
       }
+  check_choices();
   printf("backward plans: warp tier %ld (clustered %ld), ring %ld, row %ld, stream %ld\n",
          g_bwd_tiers[0], g_bwd_tiers[1], g_bwd_tiers[2], g_bwd_tiers[3], g_bwd_tiers[4]);
   printf("%d passed, %d failed\n", g_passed, g_failed);

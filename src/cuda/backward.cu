@@ -94,7 +94,7 @@ __device__ __forceinline__ RingRed &warp_cluster_red() {
  * GROUP lanes share a row: 4 to 32, or on 16-byte rows 64, 128 or 256, the row's warps then
  * adding their sums through shared memory behind a named barrier of just those warps (no
  * CTA-wide barrier a row, as the ring has).
- * CLUSTER (experimental, tuning builds, sm_90, GROUP 256): a cluster of such CTAs shares each
+ * CLUSTER (sm_90, GROUP 256; fp32 rows, see plan_backward): a cluster of such CTAs shares each
  * row, each CTA owning an even chunk of its vectors; the CTAs add their sums through
  * distributed shared memory (cluster_exchange) in rank order, and each writes its chunk of the
  * cluster's partial row. */
@@ -513,8 +513,12 @@ __global__ void __launch_bounds__(512, 1)
  * of its CTA's chunk: it copies them into registers once the stage lands (the stage is then
  * refilled at once), keeps gamma and its dgamma/dbeta accumulators in registers across all
  * rows, and needs one reduction a row (one exchange across the cluster). At the end each CTA
- * writes its chunk of the cluster's partial row. */
-template <typename T, typename P, int VEC, int VPT>
+ * writes its chunk of the cluster's partial row.
+ * BETA_SMEM (LayerNorm from y): beta as fp32 in shared memory after the stages, each thread
+ * its own vectors, instead of from global memory every row (sweep 30: the ring at 55-60% of the
+ * copy there, against 81-85% for the warp tier's clusters, which read it from shared memory;
+ * sweep 31: +6 to +22 points at N = 5120-8192). */
+template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false>
 __global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -557,6 +561,8 @@ __global__ void __launch_bounds__(512, 1)
   const P *gamma = (const P *)a.gamma;
   const P *beta = a.from_y ? (const P *)a.beta : nullptr;
   const float inv_n = 1.f / (float)a.cols;
+  [[maybe_unused]] float *sbeta =
+      reinterpret_cast<float *>(dyn_smem + (size_t)2 * nstages * chunk_vecs * sizeof(V));
   bool mine[VPT];
   float gm[EPT], acc_g[EPT], acc_b[EPT];
 #pragma unroll
@@ -565,6 +571,13 @@ __global__ void __launch_bounds__(512, 1)
     mine[k] = i < count;
     if (mine[k]) {
       load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, &gm[k * VEC]);
+      if constexpr (BETA_SMEM) { /* read back only by this thread: no barrier */
+        float bt[VEC];
+        load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          sbeta[(int64_t)i * VEC + e] = bt[e];
+      }
     } else {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
@@ -601,7 +614,16 @@ __global__ void __launch_bounds__(512, 1)
           d[k * VEC + e] = to_f32(pd.v[e]);
           xv[e] = to_f32(px.v[e]);
         }
-        load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
+        if constexpr (BETA_SMEM) {
+          static_assert(VEC % 4 == 0, "16-byte rows");
+#pragma unroll
+          for (int q = 0; q < VEC / 4; ++q) {
+            const float4 bv = *reinterpret_cast<const float4 *>(sbeta + (int64_t)i * VEC + 4 * q);
+            bt[4 * q] = bv.x, bt[4 * q + 1] = bv.y, bt[4 * q + 2] = bv.z, bt[4 * q + 3] = bv.w;
+          }
+        } else {
+          load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
+        }
         bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -841,8 +863,11 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                                         cudaStream_t stream) {
   if (plan.tier == TIER_RING) {
     if constexpr (VEC * sizeof(T) == 16) {
-      void (*k)(BwdParams, int64_t, int) = bwd_ring_kernel<T, P, VEC, kRingVpt>;
-      if (plan.vpt != kRingVpt)
+      /* param_smem: beta from shared memory (from y; set by the dispatch where it fits). */
+      void (*k)(BwdParams, int64_t, int) = plan.param_smem
+                                               ? bwd_ring_kernel<T, P, VEC, kRingVpt, true>
+                                               : bwd_ring_kernel<T, P, VEC, kRingVpt, false>;
+      if (plan.vpt != kRingVpt || (plan.param_smem && !a.from_y))
         return FNORM_ERR_UNSUPPORTED;
       /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */
       int64_t units = 0;
@@ -866,12 +891,11 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
     if constexpr (VEC * sizeof(T) == 16)
       if (plan.vpt == VPT && plan.param_smem)
         k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group);
-    /* Experimental (tuning builds, FNORM_TUNE_BWD_WARP_CLUSTER=1): a cluster of 8-warp CTAs a
-     * row; never planned otherwise. */
+    /* A cluster of 8-warp CTAs a row: fp32 rows (16-bit ones in tuning builds only). */
     const int cl = plan.cluster > 1 ? plan.cluster : 1;
     if (cl > 1) {
       k = nullptr;
-      if constexpr (VEC * sizeof(T) == 16 && kTuningBuild)
+      if constexpr (VEC * sizeof(T) == 16 && (sizeof(T) == 4 || kTuningBuild))
         if (plan.vpt == VPT && plan.group == 256 && plan.param_smem)
           k = bwd_warp_kernel<T, P, VEC, 256, VPT, true, true>;
     }

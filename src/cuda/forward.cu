@@ -660,7 +660,7 @@ static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
-    /* param_smem: experimental, planned only in tuning builds (FNORM_TUNE_FWD_PARAM_SMEM=1). */
+    /* param_smem: planned on staged rows (other 16-byte rows in tuning builds only). */
     const bool psm = plan.param_smem != 0;
     void (*k)(FwdParams) = psm ? nullptr : fwd_warp_pick<T, P, VEC, false>(plan);
     size_t smem = 0;
@@ -669,12 +669,13 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         k = psm ? nullptr : fwd_warp_pick<T, P, VEC, true>(plan);
         smem = (size_t)2 * plan.vpt * plan.threads * 16;
       }
-      if constexpr (kTuningBuild)
-        if (psm) { /* then gamma and beta as fp32 */
-          k = plan.staged ? fwd_warp_pick<T, P, VEC, true, true>(plan)
-                          : fwd_warp_pick<T, P, VEC, false, true>(plan);
-          smem += (size_t)2 * a.cols * sizeof(float);
-        }
+      if (psm) { /* then gamma and beta as fp32 */
+        k = plan.staged ? fwd_warp_pick<T, P, VEC, true, true>(plan) : nullptr;
+        if constexpr (kTuningBuild)
+          if (!plan.staged)
+            k = fwd_warp_pick<T, P, VEC, false, true>(plan);
+        smem += (size_t)2 * a.cols * sizeof(float);
+      }
     }
     if (!k)
       return FNORM_ERR_UNSUPPORTED;

@@ -81,7 +81,7 @@ struct Plan {
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
   int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
-                       experimental, tuning builds) */
+                       staged rows); TIER_RING (from y): beta */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
@@ -122,6 +122,9 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
  * else 1. backward_workspace_bytes is the workspace query's answer, for either width. */
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev);
 Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev);
+/* The backward from y: the ring then keeps LayerNorm's beta (when given) in shared memory
+ * where it fits (param_smem). */
+void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const DeviceInfo &dev);
 int choose_vec(const fnorm_problem *p, const void *const *rows_ptrs, const int64_t *strides,
                int nrows_ptrs, const void *const *params, int nparams);
 size_t backward_workspace_bytes(const fnorm_problem *p, const DeviceInfo &dev);

@@ -76,8 +76,11 @@ struct Tuning {
   int bwd_resident;     /* ... 1: its grid at most the CTAs resident at once, 0: 4 an SM */
   int bwd_param_smem;   /* ... 1: rows of a warp or more read gamma/beta from shared memory, 0:
                            all from global memory (tuning builds only) */
-  int bwd_warp_cluster; /* ... 1 (experimental, tuning builds): rows past 8 warps over a cluster
-                           of 8-warp CTAs (sm_90); 0: never */
+  int bwd_warp_cluster; /* ... 1: fp32 rows past 8 warps, up to 8 x 8 warps, over a cluster of
+                           8-warp CTAs (sm_90), from bwd_cluster_rows rows on; 0: never (the
+                           ring); 2 (tuning builds): 16-bit rows too, clusters of up to 16 */
+  int bwd_cluster_rows; /* ... rows at least */
+  int bwd_ring_beta;    /* backward ring from y: 1 beta from shared memory where it fits, 0 never */
   int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
@@ -86,8 +89,9 @@ struct Tuning {
   int fwd_stream;      /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
                           kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
                           never */
-  int fwd_param_smem;  /* forward warp tier, experimental (tuning builds, sweep 29): 1 reads gamma
-                          and beta from shared memory on 16-byte rows; 0 (default) never */
+  int fwd_param_smem;  /* forward warp tier: 1 reads gamma and beta from shared memory on staged
+                          fp32 rows and staged 16-bit LayerNorm rows; 0 never; 2 (tuning builds):
+                          on all 16-byte rows (sweep 29's 1) */
 };
 
 #ifdef FNORM_TUNING
@@ -98,7 +102,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 0, 1, 32, 16, 1, 4, 1, 0};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 1, 32, 16, 1, 4, 1, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -116,6 +120,8 @@ Tuning tuning() {
   t.bwd_resident = tune_knob("FNORM_TUNE_BWD_RESIDENT", t.bwd_resident);
   t.bwd_param_smem = tune_knob("FNORM_TUNE_BWD_PARAM_SMEM", t.bwd_param_smem);
   t.bwd_warp_cluster = tune_knob("FNORM_TUNE_BWD_WARP_CLUSTER", t.bwd_warp_cluster);
+  t.bwd_cluster_rows = tune_knob("FNORM_TUNE_BWD_CLUSTER_ROWS", t.bwd_cluster_rows);
+  t.bwd_ring_beta = tune_knob("FNORM_TUNE_BWD_RING_BETA", t.bwd_ring_beta);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
   t.fwd_param_smem = tune_knob("FNORM_TUNE_FWD_PARAM_SMEM", t.fwd_param_smem);
@@ -237,8 +243,15 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
      * cells lost 0.4-9 points). */
     pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
                 p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
+    /* gamma and beta as fp32 from shared memory, filled once a CTA, on staged rows. Sweep 29
+     * (H200, 2^27 elements): fp32 N = 256-512 +0.8 to +4.6 points, 16-bit LayerNorm N = 256-1024
+     * 0 to +1.7, but 16-bit RMSNorm 384-1024 -0.6 to -2.9; at 8 vectors a lane (16-bit 2048,
+     * fp32 768-1024) -0.2 to -12.6, and with few rows (M = 4096) -20: the fill then costs
+     * about as much as the CTA's rows. */
     pl.param_smem =
-        kTuningBuild && tn.fwd_param_smem == 1 && vec * (int64_t)dtype_bytes(p->dtype) == 16;
+        (tn.fwd_param_smem == 1 && pl.staged &&
+         (dtype_bytes(p->dtype) == 4 || p->norm == FNORM_LAYERNORM)) ||
+        (kTuningBuild && tn.fwd_param_smem == 2 && vec * (int64_t)dtype_bytes(p->dtype) == 16);
     return pl;
   }
   pl.tier = TIER_ROW;
@@ -333,11 +346,18 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   int64_t max_lanes = 32;
   if (vbytes == 16 && (tn.bwd_warps == 2 || tn.bwd_warps == 4 || tn.bwd_warps == 8))
     max_lanes = 32 * (int64_t)tn.bwd_warps;
-  /* Experimental (tuning builds, sweep 28): 16-byte rows past 8 warps over a cluster of up to
-   * 16 8-warp CTAs (sm_90), each CTA an even chunk of the row, instead of the ring. */
+  /* fp32 rows past 8 warps, up to 8 x 8 warps (N = 4097-32768), over a cluster of 8-warp CTAs
+   * (sm_90), each CTA an even chunk of the row, instead of the ring. Sweep 28 (H200, 2^27
+   * elements): +3 to +5 points at fp32 N = 5120-32768, but -3.5 at 65536 (a cluster of 16), and
+   * 16-bit rows lost 7 to 26 points (half the bytes a row for the same cluster exchange).
+   * Sweep 30: from y, LayerNorm +21 to +30 (the ring's from-y rows are slow); with fewer rows
+   * level or behind (M = 2048: -3 to +0.7; M = 256: +10 to +19 at N = 5120-8192 but -3 to -9
+   * at 16384-32768), so clusters from 4096 rows on (bwd_cluster_rows). */
+  const bool wide_cluster = kTuningBuild && tn.bwd_warp_cluster == 2;
   int64_t wcluster = 1;
-  if (kTuningBuild && tn.bwd_warp_cluster == 1 && max_lanes == 256 && lanes > 256 &&
-      lanes <= 16 * 256 && dev.cc_major >= 9 && tn.bwd_param_smem == 1) {
+  if (tn.bwd_warp_cluster >= 1 && (dtype_bytes(p->dtype) == 4 || wide_cluster) &&
+      p->rows >= tn.bwd_cluster_rows && max_lanes == 256 && lanes > 256 &&
+      lanes <= (wide_cluster ? 16 : 8) * 256 && dev.cc_major >= 9 && tn.bwd_param_smem == 1) {
     wcluster = lanes / 256;
     lanes = 256;
   }
@@ -434,6 +454,21 @@ int choose_vec(const fnorm_problem *p, const void *const *rows_ptrs, const int64
     if (!aligned(params[i], pbytes))
       return 1;
   return vec;
+}
+
+void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const DeviceInfo &dev) {
+  /* Sweep 31 (H200, 2^27 elements): LayerNorm from y +6 to +12 points at 16-bit N = 5120-8192
+   * (+0.2 to +1.6 at 16384-65536), +19 to +22 at fp32; but 6 to 12 points slower for RMSNorm
+   * (no beta: only the reads of zeros would be added), so only where there is a beta. */
+  if (pl.tier != TIER_RING || tuning().bwd_ring_beta != 1 || p->norm != FNORM_LAYERNORM ||
+      !has_beta)
+    return;
+  /* (Fewer CTAs may fit an SM with it; the workspace's partial rows, an upper bound, stay.) */
+  const size_t beta_bytes = (size_t)pl.chunk * pl.vec * sizeof(float);
+  if (pl.smem + beta_bytes <= (size_t)dev.max_smem_optin) {
+    pl.param_smem = 1;
+    pl.smem += beta_bytes;
+  }
 }
 
 /* The backward's workspace for any pointers: the vector width depends on the pointers, which
