@@ -134,6 +134,7 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "backward: the plan's width is the one asked for");
   require(pl.nparts >= 1, "backward: at least one partial row");
+  require(pl.fin_cols == 16 || pl.fin_cols == 32, "backward finalize: 16 or 32 columns a block");
   ++g_bwd_tiers[pl.tier == TIER_WARP ? 0 : pl.tier == TIER_RING ? 2 : pl.tier == TIER_ROW ? 3 : 4];
   if (pl.tier == TIER_WARP && pl.cluster > 1)
     ++g_bwd_tiers[1];
@@ -300,6 +301,14 @@ void check_choices() {
       pl = plan_backward(&p, 8, h200.info);
       expect(h200, BF16, norm, rows, cl_cols[i], true, pl.tier == TIER_RING, "the ring");
     }
+  /* The finalize: 16 columns a block at N = 1024, 32 from 4096 on (sweep 32). */
+  const int64_t fin_cols[] = {1024, 4096};
+  for (int i = 0; i < 2; ++i) {
+    fnorm_problem q = problem(FNORM_DTYPE_F16, LN, 4096, fin_cols[i]);
+    expect(h200, FNORM_DTYPE_F16, LN, 4096, fin_cols[i], true,
+           plan_backward(&q, 8, h200.info).fin_cols == (i == 0 ? 16 : 32),
+           i == 0 ? "a finalize of 16 columns a block" : "a finalize of 32 columns a block");
+  }
   fnorm_problem p = problem(F32, LN, 2048, 65536);
   expect(h200, F32, LN, 2048, 65536, true, plan_backward(&p, 4, h200.info).tier == TIER_RING,
          "the ring");

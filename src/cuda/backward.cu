@@ -791,32 +791,32 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-/* dgamma[c] = sum over p of partial[p][c], p in a fixed interleaving: lane ty adds p = ty,
- * ty + blockDim.y, ..., then the lanes are added in order ty = 0, 1, ... */
+/* dgamma[c] (blockIdx.y 0) or dbeta[c] (1) = sum over p of partial[p][c], p in a fixed
+ * interleaving: lane ty adds p = ty, ty + blockDim.y, ..., then the lanes are added in order
+ * ty = 0, 1, ... A block covers blockDim.x columns (16 or 32) with up to 1024 / blockDim.x
+ * lanes: with few columns (small problems) narrower blocks put more CTAs and more loads in
+ * flight (ncu4: at N = 1024 the 32-column form ran 32 CTAs, 10 us, as long as the backward). */
 template <typename P>
 __global__ void __launch_bounds__(1024)
     finalize_kernel(const float *partial, int64_t nparts, int64_t cols, P *dgamma, P *dbeta) {
-  __shared__ float red[32][33];
-  const int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
-  for (int which = 0; which < 2; ++which) {
-    P *out = which == 0 ? dgamma : dbeta;
-    if (!out)
-      continue;
-    const float *src = partial + (int64_t)which * nparts * cols;
-    float s = 0.f;
-    if (col < cols)
+  __shared__ float red[64][33];
+  P *out = blockIdx.y == 0 ? dgamma : dbeta;
+  if (!out) /* uniform over the block */
+    return;
+  const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const float *src = partial + (int64_t)blockIdx.y * nparts * cols;
+  float s = 0.f;
+  if (col < cols)
 #pragma unroll 8
-      for (int64_t p = threadIdx.y; p < nparts; p += blockDim.y)
-        s += src[p * cols + col];
-    red[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < cols) {
-      float t = 0.f;
-      for (int r = 0; r < (int)blockDim.y; ++r)
-        t += red[r][threadIdx.x];
-      out[col] = from_f32<P>(t);
-    }
-    __syncthreads();
+    for (int64_t p = threadIdx.y; p < nparts; p += blockDim.y)
+      s += src[p * cols + col];
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float t = 0.f;
+    for (int r = 0; r < (int)blockDim.y; ++r)
+      t += red[r][threadIdx.x];
+    out[col] = from_f32<P>(t);
   }
 }
 
@@ -967,13 +967,14 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
     s = FNORM_ERR_UNSUPPORTED;
   if (s != FNORM_SUCCESS || !a.want_dparams)
     return s;
+  const int fcols = plan.fin_cols == 16 ? 16 : 32;
   int lanes = 1;
-  while (lanes < 32 && lanes < a.nparts)
+  while (lanes < 1024 / fcols && lanes < a.nparts)
     lanes *= 2;
-  const int64_t blocks = (a.cols + 31) / 32;
+  const int64_t blocks = (a.cols + fcols - 1) / fcols;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)blocks, 1, 1);
-  cfg.blockDim = dim3(32, (unsigned)lanes, 1);
+  cfg.gridDim = dim3((unsigned)blocks, 2, 1); /* y: dgamma, dbeta */
+  cfg.blockDim = dim3((unsigned)fcols, (unsigned)lanes, 1);
   cfg.stream = stream;
   if (cudaLaunchKernelEx(&cfg, finalize_kernel<P>, (const float *)a.partial, a.nparts, a.cols,
                          (P *)dgamma, (P *)dbeta) != cudaSuccess)

@@ -87,6 +87,7 @@ struct Plan {
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
   size_t smem;      /* dynamic shared memory per CTA */
   int64_t nparts;   /* backward: dgamma/dbeta partial rows */
+  int fin_cols;     /* backward: columns a block of the dgamma/dbeta finalize (16 or 32) */
   /* TIER_STREAM (backward) */
   int64_t nchunks;                          /* row chunks per row in the first kernel */
   int64_t rows_per_part;                    /* rows per column-pass CTA */

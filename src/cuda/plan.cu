@@ -81,6 +81,8 @@ struct Tuning {
                            ring); 2 (tuning builds): 16-bit rows too, clusters of up to 16 */
   int bwd_cluster_rows; /* ... rows at least */
   int bwd_ring_beta;    /* backward ring from y: 1 beta from shared memory where it fits, 0 never */
+  int bwd_fin_cols;     /* dgamma/dbeta finalize: columns a block, 16 or 32; 0: 16 for rows
+                           shorter than 8 columns an SM, else 32 */
   int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
@@ -102,7 +104,7 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 1, 32, 16, 1, 4, 1, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16, 1, 4, 1, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -122,6 +124,7 @@ Tuning tuning() {
   t.bwd_warp_cluster = tune_knob("FNORM_TUNE_BWD_WARP_CLUSTER", t.bwd_warp_cluster);
   t.bwd_cluster_rows = tune_knob("FNORM_TUNE_BWD_CLUSTER_ROWS", t.bwd_cluster_rows);
   t.bwd_ring_beta = tune_knob("FNORM_TUNE_BWD_RING_BETA", t.bwd_ring_beta);
+  t.bwd_fin_cols = tune_knob("FNORM_TUNE_BWD_FIN_COLS", t.bwd_fin_cols);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
   t.fwd_param_smem = tune_knob("FNORM_TUNE_FWD_PARAM_SMEM", t.fwd_param_smem);
@@ -426,6 +429,12 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       plan_stream(pl, p, nvec, dev); /* any length */
     }
   }
+  /* The finalize's columns a block. ncu4: 32 CTAs of 32 columns took as long as the backward
+   * at N = 1024, M = 4096. Sweep 32 (H200, M = 4096 under graph replay): 16 columns +1.4 to
+   * +2.7 points at N = 1024, but -1 to -2.7 at 4096-15872 (main grid: -1.6 to +0.6). */
+  pl.fin_cols = tn.bwd_fin_cols == 16 || tn.bwd_fin_cols == 32
+                    ? tn.bwd_fin_cols
+                    : (p->cols < 8 * (int64_t)dev.sm_count ? 16 : 32);
   /* Workspace: partials, then (stream tier) per-chunk and per-row sums; 256-byte aligned. */
   size_t off = 0;
   pl.ws_partial = off;
