@@ -793,13 +793,13 @@ __global__ void __launch_bounds__(256)
 
 /* dgamma[c] (blockIdx.y 0) or dbeta[c] (1) = sum over p of partial[p][c], p in a fixed
  * interleaving: lane ty adds p = ty, ty + blockDim.y, ..., then the lanes are added in order
- * ty = 0, 1, ... A block covers blockDim.x columns (16 or 32) with up to 1024 / blockDim.x
- * lanes: with few columns (small problems) narrower blocks put more CTAs and more loads in
- * flight (ncu4: at N = 1024 the 32-column form ran 32 CTAs, 10 us, as long as the backward). */
+ * ty = 0, 1, ... A block covers blockDim.x columns with blockDim.y lanes (launch_backward):
+ * with few columns (small problems) narrower blocks put more CTAs and more loads in flight
+ * (ncu4: at N = 1024 blocks of 32 columns ran 32 CTAs, 10 us, as long as the backward). */
 template <typename P>
 __global__ void __launch_bounds__(1024)
     finalize_kernel(const float *partial, int64_t nparts, int64_t cols, P *dgamma, P *dbeta) {
-  __shared__ float red[64][33];
+  __shared__ float red[1024]; /* [lane][column of the block] */
   P *out = blockIdx.y == 0 ? dgamma : dbeta;
   if (!out) /* uniform over the block */
     return;
@@ -810,12 +810,17 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll 8
     for (int64_t p = threadIdx.y; p < nparts; p += blockDim.y)
       s += src[p * cols + col];
-  red[threadIdx.y][threadIdx.x] = s;
+  if (blockDim.y == 1) {
+    if (col < cols)
+      out[col] = from_f32<P>(s);
+    return;
+  }
+  red[threadIdx.y * blockDim.x + threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     float t = 0.f;
     for (int r = 0; r < (int)blockDim.y; ++r)
-      t += red[r][threadIdx.x];
+      t += red[r * blockDim.x + threadIdx.x];
     out[col] = from_f32<P>(t);
   }
 }
@@ -967,10 +972,15 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
     s = FNORM_ERR_UNSUPPORTED;
   if (s != FNORM_SUCCESS || !a.want_dparams)
     return s;
-  const int fcols = plan.fin_cols == 16 ? 16 : 32;
+  /* Lanes: the partial rows, up to 1024 / fin_cols; columns: fin_cols, more while the block
+   * has fewer than 256 threads (few partial rows, as the stream tier has: blocks of one warp
+   * made 64 x 802816 fp32 2 points slower). */
+  int fcols = plan.fin_cols == 16 ? 16 : 32;
   int lanes = 1;
   while (lanes < 1024 / fcols && lanes < a.nparts)
     lanes *= 2;
+  while (fcols * lanes < 256)
+    fcols *= 2;
   const int64_t blocks = (a.cols + fcols - 1) / fcols;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)blocks, 2, 1); /* y: dgamma, dbeta */
