@@ -16,11 +16,13 @@
  *                    warps), GROUP lanes per row, accumulators in registers (one partial per
  *                    CTA); 16-byte rows arrive through a two-stage cp.async ring in shared
  *                    memory, a row ahead, and rows of a warp or more read gamma/beta from
- *                    shared memory.
+ *                    shared memory. On sm_90, fp32 rows of up to 8 x 256 * VPT vectors (N =
+ *                    32768) over a cluster of such 8-warp CTAs (one partial per cluster).
  *  bwd_ring_kernel   sm_90, 16-byte vectors, longer rows up to 16 * 1024 vectors (131072
  *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
  *                    streamed through a ring of shared-memory stages by bulk copies, the
- *                    accumulators in registers (one partial per cluster).
+ *                    accumulators in registers (one partial per cluster); LayerNorm from y
+ *                    reads beta from shared memory.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
