@@ -617,12 +617,7 @@ __global__ void __launch_bounds__(512, 1)
           xv[e] = to_f32(px.v[e]);
         }
         if constexpr (BETA_SMEM) {
-          static_assert(VEC % 4 == 0, "16-byte rows");
-#pragma unroll
-          for (int q = 0; q < VEC / 4; ++q) {
-            const float4 bv = *reinterpret_cast<const float4 *>(sbeta + (int64_t)i * VEC + 4 * q);
-            bt[4 * q] = bv.x, bt[4 * q + 1] = bv.y, bt[4 * q + 2] = bv.z, bt[4 * q + 3] = bv.w;
-          }
+          load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);
         } else {
           load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
         }

@@ -109,6 +109,17 @@ __device__ __forceinline__ void load_param(const P *p, int64_t col, float fill, 
   }
 }
 
+/* VEC fp32 values from shared memory (gamma/beta kept there as fp32), 16 bytes at a time;
+ * src 16-byte aligned. */
+template <int VEC> __device__ __forceinline__ void load_smem_f32(const float *src, float *out) {
+  static_assert(VEC % 4 == 0, "whole float4s");
+#pragma unroll
+  for (int q = 0; q < VEC / 4; ++q) {
+    const float4 v = *reinterpret_cast<const float4 *>(src + 4 * q);
+    out[4 * q] = v.x, out[4 * q + 1] = v.y, out[4 * q + 2] = v.z, out[4 * q + 3] = v.w;
+  }
+}
+
 /* ---- asynchronous global -> shared copies (sm_80+) ---- */
 __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);

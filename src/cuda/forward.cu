@@ -165,13 +165,8 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       if (col < a.cols) {
         float g[VEC], b[VEC], out[VEC];
         if constexpr (PARAM_SMEM) {
-#pragma unroll
-          for (int q = 0; q < VEC / 4; ++q) {
-            const float4 gv = *reinterpret_cast<const float4 *>(sparam + col + 4 * q);
-            const float4 bv = *reinterpret_cast<const float4 *>(sparam + a.cols + col + 4 * q);
-            g[4 * q] = gv.x, g[4 * q + 1] = gv.y, g[4 * q + 2] = gv.z, g[4 * q + 3] = gv.w;
-            b[4 * q] = bv.x, b[4 * q + 1] = bv.y, b[4 * q + 2] = bv.z, b[4 * q + 3] = bv.w;
-          }
+          load_smem_f32<VEC>(sparam + col, g);
+          load_smem_f32<VEC>(sparam + a.cols + col, b);
         } else {
           load_param<P, VEC>(gamma, col, 1.f, g);
           load_param<P, VEC>(beta, col, 0.f, b);
@@ -660,22 +655,21 @@ static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
-    /* param_smem: planned on staged rows (other 16-byte rows in tuning builds only). */
+    /* param_smem: planned on staged rows (other 16-byte rows in tuning builds only); gamma and
+     * beta then follow the stages in shared memory as fp32. */
     const bool psm = plan.param_smem != 0;
     void (*k)(FwdParams) = psm ? nullptr : fwd_warp_pick<T, P, VEC, false>(plan);
     size_t smem = 0;
     if constexpr (VEC * sizeof(T) == 16) {
       if (plan.staged) { /* two stages of vpt 16-byte vectors a thread */
-        k = psm ? nullptr : fwd_warp_pick<T, P, VEC, true>(plan);
+        k = psm ? fwd_warp_pick<T, P, VEC, true, true>(plan) : fwd_warp_pick<T, P, VEC, true>(plan);
         smem = (size_t)2 * plan.vpt * plan.threads * 16;
       }
-      if (psm) { /* then gamma and beta as fp32 */
-        k = plan.staged ? fwd_warp_pick<T, P, VEC, true, true>(plan) : nullptr;
-        if constexpr (kTuningBuild)
-          if (!plan.staged)
-            k = fwd_warp_pick<T, P, VEC, false, true>(plan);
+      if constexpr (kTuningBuild)
+        if (psm && !plan.staged)
+          k = fwd_warp_pick<T, P, VEC, false, true>(plan);
+      if (psm)
         smem += (size_t)2 * a.cols * sizeof(float);
-      }
     }
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
