@@ -141,9 +141,14 @@ static const int64_t sizes_quick[] = {1,    7,     33,    128,   257,    1024,  
 enum { CTA_TIER_ROWS = 320 };
 
 /* Rows enough for the forward warp tier to stage its rows a row ahead, which the dispatch does
- * for 16-byte rows of up to 4 vectors a lane once a full grid's warps (16 CTAs of 8 warps an SM)
- * get 4 rows each: 4 x 16 x 8 x 160 SMs, again more than any supported GPU needs. */
+ * for 16-byte rows of up to 4 vectors a lane in persistent CTAs (16-bit rows of 8 or 16 lanes)
+ * once a full grid's warps (16 CTAs of 8 warps an SM) get 4 rows each: 4 x 16 x 8 x 160 SMs,
+ * again more than any supported GPU needs. */
 enum { STAGED_TIER_ROWS = 81920 };
+
+/* Rows from which the forward warp tier gives 16-byte rows of a whole warp, and fp32 rows,
+ * one-warp CTAs instead of persistent ones (64 rows an SM): 64 x 160 SMs. */
+enum { ONE_WARP_ROWS = 10240 };
 
 /* Rows from which fp32 backward rows past 8 warps go over a cluster of 8-warp CTAs (sm_90). */
 enum { CLUSTER_TIER_ROWS = 4096 };
@@ -156,6 +161,27 @@ static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
     max_rows = max_rows < 16 ? max_rows : 16;
   }
   return tcase_rows_for(n, budget, max_rows);
+}
+
+/* A forward case shape: dtype pair (index into combos), norm (into norms), row length. */
+typedef struct {
+  int combo, norm;
+  int64_t cols;
+} fwd_shape;
+
+/* Forward-only cases of the shapes at `rows` rows; the first `first` also with aligned rows with
+ * a gap and no gamma, beta, mean or rstd, and under --quick only those, without that variant. */
+static void forward_cases(const fwd_shape *shapes, int count, int64_t rows, int first) {
+  for (int s = 0; s < count && (!g_opt.quick || s < first); s++) {
+    tcase c = tcase_default(norms[shapes[s].norm], combos[shapes[s].combo].dtype,
+                            combos[shapes[s].combo].param_dtype, rows, shapes[s].cols);
+    gpu_forward_case("cuda", &c);
+    if (s < first && !g_opt.quick) {
+      tcase_apply_layout(&c, 3, 1);
+      c.gamma = c.beta = c.mean_out = c.rstd_out = 0;
+      gpu_forward_case("cuda", &c);
+    }
+  }
 }
 
 static void cuda_sizes(void) {
@@ -190,30 +216,18 @@ static void cuda_sizes(void) {
           gpu_case("cuda", &c);
         }
       }
-  /* The forward warp tier staged a row ahead (16-byte rows of up to 4 vectors a lane), forward
-   * only: every dtype pair and norm once, the row lengths spread over its kernel shapes (4, 8,
-   * 16 or 32 lanes a row, 3 or 4 vectors a lane; run on an H200 with all three 16-bit lengths
-   * for every pair, 38 cases took 135 s, most of it the CPU oracle's); the first two also with
-   * aligned rows with a gap and no gamma, beta, mean or rstd. Under --quick the first two. */
+  /* The forward warp tier's persistent CTAs staging a row ahead (16-byte 16-bit rows of 8 or 16
+   * lanes, up to 4 vectors a lane), and its one-warp CTAs (fp32 rows, and 16-byte rows of a
+   * whole warp: 3, 4 and 8 vectors a lane), forward only: every dtype pair and norm, the row
+   * lengths spread over the kernel shapes (run on an H200 with all three 16-bit lengths for
+   * every pair, 38 staged cases took 135 s, most of it the CPU oracle's). */
   {
-    static const struct {
-      int combo, norm;
-      int64_t cols;
-    } staged[] = {{0, 0, 128}, {4, 0, 64},  {0, 1, 512}, {1, 0, 512}, {1, 1, 64},
-                  {2, 0, 64},  {2, 1, 384}, {3, 0, 384}, {3, 1, 256}, {4, 1, 512}};
-    for (s = 0; s < (int)(sizeof staged / sizeof staged[0]); s++) {
-      if (g_opt.quick && s >= 2)
-        break;
-      tcase c =
-          tcase_default(norms[staged[s].norm], combos[staged[s].combo].dtype,
-                        combos[staged[s].combo].param_dtype, STAGED_TIER_ROWS, staged[s].cols);
-      gpu_forward_case("cuda", &c);
-      if (s < 2 && !g_opt.quick) {
-        tcase_apply_layout(&c, 3, 1);
-        c.gamma = c.beta = c.mean_out = c.rstd_out = 0;
-        gpu_forward_case("cuda", &c);
-      }
-    }
+    static const fwd_shape staged[] = {{0, 0, 128}, {4, 0, 64}, {0, 1, 512}, {1, 0, 512},
+                                       {1, 1, 64},  {2, 0, 64}, {2, 1, 384}, {3, 0, 384},
+                                       {3, 1, 256}, {4, 1, 512}};
+    static const fwd_shape one_warp[] = {{3, 0, 1024}, {1, 1, 768}, {4, 1, 2048}, {2, 0, 1024}};
+    forward_cases(staged, (int)(sizeof staged / sizeof staged[0]), STAGED_TIER_ROWS, 2);
+    forward_cases(one_warp, (int)(sizeof one_warp / sizeof one_warp[0]), ONE_WARP_ROWS, 1);
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
    * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last

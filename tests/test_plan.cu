@@ -77,10 +77,19 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require(pl.vpt == 3 || pl.vpt == 4 || pl.vpt == 8, "forward warp tier: 3, 4 or 8 vectors");
     require((int64_t)pl.group * pl.vpt >= nvec, "forward warp tier: the row is covered");
     require(pl.vpt != 3 || wide, "forward warp tier: 3 vectors a lane only on 16-byte rows");
-    require(pl.threads == 256, "forward warp tier: 256 threads");
-    require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, 256 / pl.group),
+    require(pl.threads == 256 || pl.threads == 32 || kTuningBuild,
+            "forward warp tier: 256 threads, or one warp");
+    require(kTuningBuild ||
+                (pl.threads == 32) == (wide && (pl.group == 32 || p.dtype == FNORM_DTYPE_F32) &&
+                                       p.rows >= 64 * (int64_t)dev.sm_count),
+            "forward warp tier: one-warp CTAs for 16-byte rows of a warp and for fp32 rows, "
+            "from 64 rows an SM");
+    require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, pl.threads / pl.group),
             "forward warp tier: 1 CTA to one a row group");
+    require(pl.threads == 32 || pl.grid <= 16 * (int64_t)dev.sm_count,
+            "forward warp tier: persistent 256-thread CTAs, at most 16 an SM");
     require(!pl.staged || (wide && pl.vpt <= 4), "forward staged rows: 16-byte, <= 4 vectors");
+    require(!pl.staged || pl.threads == 256, "forward staged rows: persistent CTAs");
     require(!pl.param_smem || wide, "forward warp tier: gamma/beta in shared memory: 16-byte");
     require(!pl.param_smem || kTuningBuild ||
                 (pl.staged && (p.dtype == FNORM_DTYPE_F32 || p.norm == FNORM_LAYERNORM)),
@@ -102,6 +111,11 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require(pl.cluster == 1, "forward CTA-per-row kernel: no cluster");
     require((int64_t)pl.threads * pl.vpt >= nvec, "forward CTA-per-row kernel: row covered");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward CTA-per-row kernel: a CTA a row");
+    require(pl.reread == 0 || kTuningBuild ||
+                (p.dtype == FNORM_DTYPE_F32 && p.norm == FNORM_RMSNORM && p.cols <= 8192 &&
+                 pl.vpt == 4 && pl.reread == (p.cols <= 4096 ? 48 : 40)),
+            "forward CTA-per-row kernel: x read again for y only on fp32 RMSNorm rows of up to "
+            "8192, 16 elements a thread, in 48 or 40 registers");
     break;
   case MODE_REG:
     require(pl.vpt == fwd_reg_vpt(vec), "forward register kernel: its vectors a thread");
@@ -312,8 +326,9 @@ void check_choices() {
   fnorm_problem p = problem(F32, LN, 2048, 65536);
   expect(h200, F32, LN, 2048, 65536, true, plan_backward(&p, 4, h200.info).tier == TIER_RING,
          "the ring");
-  /* Forward: gamma/beta from shared memory on staged fp32 and 16-bit LayerNorm rows (sweep
-   * 29), not on 16-bit RMSNorm rows, 8 vectors a lane or few rows. */
+  /* Forward warp tier: one-warp CTAs, not persistent, for fp32 rows and 16-bit rows of a
+   * warp (sweep 34); the rest persistent, staged with rows enough, gamma/beta from shared
+   * memory on staged 16-bit LayerNorm rows (sweep 29), not on RMSNorm rows or few rows. */
   const int64_t fcols[] = {256, 512, 1024, 2048};
   for (int i = 0; i < 4; ++i)
     for (int dt = 0; dt < 2; ++dt)
@@ -322,16 +337,41 @@ void check_choices() {
         const fnorm_norm norm = nm ? RMS : LN;
         const int vec = dt ? 8 : 4;
         const int64_t rows = ((int64_t)1 << 27) / fcols[i];
-        const bool vpt4 = fcols[i] / vec <= 128;
         p = problem(dtype, norm, rows, fcols[i]);
-        const bool want = vpt4 && (dtype == F32 || norm == LN);
+        const Plan pl = plan_forward(&p, vec, h200.info);
+        if (dtype == F32 && fcols[i] == 2048)
+          continue; /* the CTA-per-row kernel */
+        const bool one_warp = dtype == F32 || fcols[i] >= 1024;
         expect(h200, dtype, norm, rows, fcols[i], false,
-               plan_forward(&p, vec, h200.info).param_smem == want,
+               pl.tier == TIER_WARP && pl.threads == (one_warp ? 32 : 256),
+               one_warp ? "one-warp CTAs" : "persistent 256-thread CTAs");
+        const bool want = !one_warp && norm == LN;
+        expect(h200, dtype, norm, rows, fcols[i], false, pl.param_smem == want,
                want ? "gamma/beta from shared memory" : "gamma/beta from global memory");
         p = problem(dtype, norm, 4096, fcols[i]);
         expect(h200, dtype, norm, 4096, fcols[i], false,
                !plan_forward(&p, vec, h200.info).param_smem, "gamma/beta from global memory");
+        expect(h200, dtype, norm, 4096, fcols[i], false,
+               plan_forward(&p, vec, h200.info).threads == 256, "persistent 256-thread CTAs");
       }
+  /* Forward CTA-per-row kernel: x read again for y on fp32 RMSNorm rows of 2048-8192 (sweep
+   * 35), in 48 registers up to 4096, 40 beyond; not at 16384, not LayerNorm, not 16-bit. */
+  const int64_t rcols[] = {2048, 4096, 5120, 8192, 16384};
+  const int rregs[] = {48, 48, 40, 40, 0};
+  for (int i = 0; i < 5; ++i) {
+    const int64_t rows = ((int64_t)1 << 27) / rcols[i];
+    p = problem(F32, RMS, rows, rcols[i]);
+    Plan pl = plan_forward(&p, 4, h200.info);
+    expect(h200, F32, RMS, rows, rcols[i], false,
+           pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
+           rregs[i] ? "x read again for y" : "the row held in registers");
+    p = problem(F32, LN, rows, rcols[i]);
+    expect(h200, F32, LN, rows, rcols[i], false, plan_forward(&p, 4, h200.info).reread == 0,
+           "the row held in registers");
+    p = problem(BF16, RMS, rows, rcols[i]);
+    expect(h200, BF16, RMS, rows, rcols[i], false, plan_forward(&p, 8, h200.info).reread == 0,
+           "the row held in registers");
+  }
 }
 
 } // namespace

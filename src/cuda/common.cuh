@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "internal.h"
 
 namespace fnorm_cuda {
@@ -71,6 +73,57 @@ template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> load_stre
     asm("ld.global.L1::no_allocate.u16 %0, [%1];" : "=h"(u) : "l"(p));
     memcpy(&pk, &u, 2);
   }
+  return pk;
+}
+
+/* L2 eviction policies for a row read twice in quick succession (sm_80+): the first read marks
+ * its lines evict-last, so that they are still in L2 for the second, which marks them
+ * evict-first, since nothing reads them again. */
+__device__ __forceinline__ uint64_t l2_policy_keep() {
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_drop() {
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+/* Element e of a loaded pack as fp32, converted by an instruction the compiler cannot merge
+ * with an earlier conversion of the same element: a kernel that converts its 16-bit values
+ * again (one instruction an element) rather than hold them as floats (twice the registers). */
+template <typename T, int VEC>
+__device__ __forceinline__ float reconvert(const Pack<T, VEC> &pk, int e) {
+  if constexpr (sizeof(T) == 4) {
+    return to_f32(pk.v[e]);
+  } else {
+    unsigned w;
+    memcpy(&w, &pk.v[e & ~1], 4);
+    float f;
+    if constexpr (std::is_same<T, bf16>::value) {
+      if (e & 1)
+        asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(f) : "r"(w));
+      else
+        asm volatile("shl.b32 %0, %1, 16;" : "=f"(f) : "r"(w));
+    } else {
+      const unsigned short h = (unsigned short)(e & 1 ? w >> 16 : w & 0xffffu);
+      asm volatile("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    }
+    return f;
+  }
+}
+
+/* A 16-byte row vector read past L1 with an L2 policy from l2_policy_keep/l2_policy_drop. */
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_hinted(const T *p, uint64_t pol) {
+  static_assert(sizeof(Pack<T, VEC>) == 16, "16-byte vectors");
+  Pack<T, VEC> pk;
+  uint4 u;
+  asm("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+      : "l"(p), "l"(pol));
+  memcpy(&pk, &u, 16);
   return pk;
 }
 
@@ -535,13 +588,14 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
  * relative to lane 0's mean, and the warps' (reference, mean offset, sum of squares, count)
  * are combined in warp order: Chan's pairwise-stable update, so no sum of squares is ever taken
  * about a mean far from the data, and differences of nearby means stay exact. x_at(k, e) is
- * value e of the thread's vector k (VPT vectors of VEC), zero where mine[k] is false; n holds
- * the counts (ln_counts). Returns the CTA's ChunkStats; every thread gets the same bits. Every
- * thread of the CTA calls it; `round` alternates the slot of `warp`. */
-template <int VPT, int VEC, typename X>
-__device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&mine)[VPT],
-                                                   const LnCounts &n, float (&warp)[2][32][4],
-                                                   int &round) {
+ * value e of the thread's vector k (VPT vectors of VEC), zero where mine[k] is false, as the
+ * first pass reads it; x_again(k, e) the same value for the second pass; n holds the counts
+ * (ln_counts). Returns the CTA's ChunkStats; every thread gets the same bits. Every thread of
+ * the CTA calls it; `round` alternates the slot of `warp`. */
+template <int VPT, int VEC, typename X, typename X2>
+__device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const X2 &x_again,
+                                                   const bool (&mine)[VPT], const LnCounts &n,
+                                                   float (&warp)[2][32][4], int &round) {
   float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
@@ -554,7 +608,7 @@ __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const bool (&m
   for (int k = 0; k < VPT; ++k)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      const float d = mine[k] ? x_at(k, e) - mt : 0.f;
+      const float d = mine[k] ? x_again(k, e) - mt : 0.f;
       q1[e & 3] += d;
       q2[e & 3] = fmaf(d, d, q2[e & 3]);
     }

@@ -2,9 +2,13 @@
  * Forward kernels: LayerNorm and RMSNorm, one pass over x (read once, y written once).
  *
  *  fwd_warp_kernel    rows of up to 256 vectors: GROUP lanes per row (several rows per warp for
- *                     short rows), VPT vectors per lane held in registers.
+ *                     short rows), VPT vectors per lane held in registers; persistent 8-warp
+ *                     CTAs, or (16-byte rows of a warp, fp32 rows, many rows) a one-warp CTA
+ *                     for each warp's rows.
  *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
  *                     there are at least two rows an SM: a CTA per row, not persistent.
+ *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192) holds the row only
+ *                     until its statistics are known and reads it again, from L2, for y.
  *  fwd_reg_kernel     other rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16
  *                     CTAs (sm_90), per row, persistent, the row in registers and the next
  *                     row's loads in flight.
@@ -26,8 +30,10 @@
  *
  * Tried and dropped (bench/tune/): a bulk-copy ring like the backward's (slower than the
  * register kernel at every N on an H200), 16 instead of 32 elements a thread, L2 bulk
- * prefetches rows ahead (no gain; the disabled code alone cost the warp tier 10 points), and
- * clusters of fwd_cta_kernel for longer rows (slower than fwd_reg_kernel).
+ * prefetches rows ahead (no gain; the disabled code alone cost the warp tier 10 points),
+ * clusters of fwd_cta_kernel for longer rows (slower than fwd_reg_kernel), the streaming kernel
+ * for fwd_cta_kernel's rows (18-62% of the copy), and the reread form for LayerNorm and 16-bit
+ * rows (its register budget spills them; sweeps 33 and 35).
  */
 #include "kernels.cuh"
 
@@ -318,8 +324,11 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
  * norm a template parameter. Measured on an H200 (bench/tune/, sweeps 8 and 9): faster than
  * fwd_reg_kernel at every such row length, which Nsight Compute showed latency-bound at 25%
  * occupancy; splitting longer rows over a cluster of these CTAs was slower than fwd_reg. */
-template <typename T, typename P, int VEC, int VPT, bool LN>
-__global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
+/* REREAD: the thread keeps its vectors as loaded (16-bit ones take half the registers of
+ * floats) only until the statistics are known, and reads them again for y, from L2 (the first
+ * read marks them evict-last, the second evict-first): fewer registers, more resident CTAs. */
+template <typename T, typename P, int VEC, int VPT, bool LN, bool REREAD>
+__device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   __shared__ __align__(16) float warp[2][32][4];
   const int64_t nvec = a.cols / VEC;
   bool mine[VPT];
@@ -334,12 +343,27 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
   int round = 0;
+  [[maybe_unused]] uint64_t keep = 0, drop = 0;
+  if constexpr (REREAD) {
+    keep = l2_policy_keep();
+    drop = l2_policy_drop();
+  }
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *xr = (const T *)a.x + row * a.x_stride;
-    float v[VPT * VEC];
+    /* The row's values: as floats (v), or as loaded (raw, REREAD); zero where not mine. */
+    float v[REREAD ? 1 : VPT * VEC];
+    Pack<T, VEC> raw[REREAD ? VPT : 1];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      if (mine[k]) {
+      if constexpr (REREAD) {
+        if (mine[k]) {
+          raw[k] = load_hinted<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, keep);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            raw[k].v[e] = from_f32<T>(0.f);
+        }
+      } else if (mine[k]) {
         load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
       } else {
 #pragma unroll
@@ -347,10 +371,22 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
           v[k * VEC + e] = 0.f;
       }
     }
+    auto x_at = [&](int k, int e) {
+      if constexpr (REREAD)
+        return to_f32(raw[k].v[e]);
+      else
+        return v[k * VEC + e];
+    };
+    /* LayerNorm's second pass over the values: REREAD converts them again. */
+    auto x_again = [&](int k, int e) {
+      if constexpr (REREAD)
+        return reconvert<T, VEC>(raw[k], e);
+      else
+        return v[k * VEC + e];
+    };
     float ref = 0.f, c = 0.f, rstd;
     if constexpr (LN) {
-      const ChunkStats cs = cta_ln_stats<VPT, VEC>([&](int k, int e) { return v[k * VEC + e]; },
-                                                   mine, counts, warp, round);
+      const ChunkStats cs = cta_ln_stats<VPT, VEC>(x_at, x_again, mine, counts, warp, round);
       float var = cs.m2 * inv_n;
       var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
       ref = cs.ref;
@@ -359,8 +395,12 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
     } else {
       float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int j = 0; j < VPT * VEC; ++j)
-        p[j & 3] = fmaf(v[j], v[j], p[j & 3]);
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float xv = x_at(k, e);
+          p[(k * VEC + e) & 3] = fmaf(xv, xv, p[(k * VEC + e) & 3]);
+        }
       float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
       cta_sum_slot<1>(s, warp, round & 1);
       ++round;
@@ -370,6 +410,12 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
       store_row_stats(a, row, ref + c, rstd);
     const float shift = -c * rstd;
     T *yr = (T *)a.y + row * a.y_stride;
+    if constexpr (REREAD) { /* all of the thread's loads in flight before its first store */
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (mine[k])
+          raw[k] = load_hinted<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, drop);
+    }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (!mine[k])
@@ -381,12 +427,25 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         /* LN: (x - ref - c) * rstd as one fma after the exact-ish difference x - ref. */
-        const float xhat = LN ? fmaf(v[k * VEC + e] - ref, rstd, shift) : v[k * VEC + e] * rstd;
+        const float xv = x_at(k, e);
+        const float xhat = LN ? fmaf(xv - ref, rstd, shift) : xv * rstd;
         out[e] = fmaf(xhat, g[e], b[e]);
       }
       store_vec<T, VEC>(yr + (int64_t)i * VEC, out);
     }
   }
+}
+
+template <typename T, typename P, int VEC, int VPT, bool LN>
+__global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
+  fwd_cta_body<T, P, VEC, VPT, LN, false>(a);
+}
+
+/* The REREAD form at no more than REGS registers a thread (40: three CTAs of 512 threads an
+ * SM; tuning builds also have 32 and 48). */
+template <typename T, typename P, int VEC, int VPT, bool LN, int REGS>
+__global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
+  fwd_cta_body<T, P, VEC, VPT, LN, true>(a);
 }
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
@@ -652,6 +711,35 @@ static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
   return nullptr;
 }
 
+/* fwd_cta_reread_kernel at a register budget the plan names (nullptr if none). */
+template <typename T, typename P, int VEC, int VPT, bool LN>
+static void (*fwd_cta_reread_pick(int regs))(FwdParams) {
+  if (regs == 40)
+    return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 40>;
+  if (regs == 48)
+    return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 48>;
+  if constexpr (kTuningBuild)
+    if (regs == 32)
+      return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 32>;
+  return nullptr;
+}
+
+/* The CTA-per-row kernel for the norm; reread: 0, or the register budget of the form that reads
+ * x again for y. Release builds have the reread forms plan_forward asks for (fp32 RMSNorm, 16
+ * elements a thread), tuning builds all (nullptr if none). */
+template <typename T, typename P, int VEC, int VPT>
+static void (*fwd_cta_pick(bool ln, int reread))(FwdParams) {
+  if (!reread)
+    return ln ? fwd_cta_kernel<T, P, VEC, VPT, true> : fwd_cta_kernel<T, P, VEC, VPT, false>;
+  if constexpr (kTuningBuild)
+    return ln ? fwd_cta_reread_pick<T, P, VEC, VPT, true>(reread)
+              : fwd_cta_reread_pick<T, P, VEC, VPT, false>(reread);
+  if constexpr (sizeof(T) == 4 && VPT == 2 * kCtaMinVpt<T>)
+    if (!ln)
+      return fwd_cta_reread_pick<T, P, VEC, VPT, false>(reread);
+  return nullptr;
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
@@ -677,15 +765,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_CTA) {
     if constexpr (VEC * sizeof(T) == 16) {
-      void (*k)(FwdParams) = nullptr;
       constexpr int V1 = kCtaMinVpt<T>;
-      const bool ln = a.layernorm;
+      void (*k)(FwdParams) = nullptr;
       if (plan.vpt == V1)
-        k = ln ? fwd_cta_kernel<T, P, VEC, V1, true> : fwd_cta_kernel<T, P, VEC, V1, false>;
+        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread);
       else if (plan.vpt == 2 * V1)
-        k = ln ? fwd_cta_kernel<T, P, VEC, 2 * V1, true> : fwd_cta_kernel<T, P, VEC, 2 * V1, false>;
+        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread);
       else if (plan.vpt == 4 * V1)
-        k = ln ? fwd_cta_kernel<T, P, VEC, 4 * V1, true> : fwd_cta_kernel<T, P, VEC, 4 * V1, false>;
+        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread);
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }

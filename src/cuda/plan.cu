@@ -94,6 +94,15 @@ struct Tuning {
   int fwd_param_smem;  /* forward warp tier: 1 reads gamma and beta from shared memory on staged
                           fp32 rows and staged 16-bit LayerNorm rows; 0 never; 2 (tuning builds):
                           on all 16-byte rows (sweep 29's 1) */
+  int fwd_reread;      /* forward CTA-per-row kernel: 1 reads x again for y on fp32 RMSNorm rows
+                          of up to 8192; 0 never; 2 (tuning builds) on all its rows */
+  int fwd_reread_regs; /* ... its registers a thread at most (tuning builds: 32, 40 or 48; 0 the
+                          rule's) */
+  int fwd_warp_threads; /* forward warp tier (tuning builds): threads a CTA (32 to 256; 0 the
+                           rule's) */
+  int fwd_warp_persist; /* ... 2: 16-byte rows of a warp and fp32 rows take one-warp CTAs, not
+                           persistent, the rest persistent CTAs (at most 16 an SM, each looping
+                           over rows); 1: all persistent; 0: none */
 };
 
 #ifdef FNORM_TUNING
@@ -104,7 +113,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16, 1, 4, 1, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096,
+              1, 0, 1,   32,   16,  1,  4, 1, 1,  1, 0, 0, 2};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -128,6 +138,10 @@ Tuning tuning() {
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
   t.fwd_param_smem = tune_knob("FNORM_TUNE_FWD_PARAM_SMEM", t.fwd_param_smem);
+  t.fwd_reread = tune_knob("FNORM_TUNE_FWD_REREAD", t.fwd_reread);
+  t.fwd_reread_regs = tune_knob("FNORM_TUNE_FWD_REREAD_REGS", t.fwd_reread_regs);
+  t.fwd_warp_threads = tune_knob("FNORM_TUNE_FWD_WARP_THREADS", t.fwd_warp_threads);
+  t.fwd_warp_persist = tune_knob("FNORM_TUNE_FWD_WARP_PERSIST", t.fwd_warp_persist);
 #endif
   return t;
 }
@@ -235,17 +249,34 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     while (pl.group < 32 && (int64_t)pl.group * pl.vpt < nvec)
       pl.group *= 2;
     three_per_lane(pl, nvec);
-    pl.threads = 256;
+    /* 16-byte rows of a whole warp, and fp32 rows, with 64 rows an SM or more: a one-warp CTA
+     * for each warp's rows, not persistent (as torch.compile's kernel for such rows), so that
+     * the SM's block scheduler keeps every warp slot busy with rows at their own phases.
+     * Sweeps 34 and 36 (H200, 2^27 elements): 16-bit N = 768-2048 +2.4 to +4.8 points (but
+     * bf16 LayerNorm 768 -1.5), fp32 N = 256-1024 +0.5 to +4.9; 16-bit rows of 8 or 16 lanes (N
+     * = 256-512), staged otherwise, 1.3 points better to 8 worse. Sweep 37 (N = 768-2048): from
+     * 16384 rows on -0.8 to +9%, at 8192 rows up to 17% slower (the rows fit in L2, and 8192
+     * CTAs' launches then show); M = 4096 under graph replay lost 12-18 points. */
+    const bool persist =
+        tn.fwd_warp_persist == 1 ||
+        (tn.fwd_warp_persist == 2 && !(vec * (int64_t)dtype_bytes(p->dtype) == 16 &&
+                                       (pl.group == 32 || p->dtype == FNORM_DTYPE_F32) &&
+                                       p->rows >= 64 * (int64_t)dev.sm_count));
+    pl.threads = persist ? 256 : 32;
+    if (kTuningBuild && tn.fwd_warp_threads >= 32 && tn.fwd_warp_threads <= 256)
+      pl.threads = (int)round_up(tn.fwd_warp_threads, 32);
     const int64_t rows_per_cta = pl.threads / pl.group;
     const int64_t full_grid = (int64_t)dev.sm_count * 16; /* CTAs */
-    pl.grid = min64(ceil_div(p->rows, rows_per_cta), full_grid);
+    pl.grid = min64(ceil_div(p->rows, rows_per_cta), kMaxGrid);
+    if (persist)
+      pl.grid = min64(pl.grid, full_grid);
     /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
      * to 4 vectors a lane (at 8, 64 KB of stages a CTA hold the SM to three CTAs: sweep 16, 16-bit
      * N = 2048 lost 3-9 points, fp32 N = 768-1024 -6 to +1.5) and when each warp of a full grid
      * (16 CTAs an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, most
      * cells lost 0.4-9 points). */
-    pl.staged = tn.fwd_staged > 0 && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
-                p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
+    pl.staged = tn.fwd_staged > 0 && persist && vec * (int64_t)dtype_bytes(p->dtype) == 16 &&
+                pl.vpt <= 4 && p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
     /* gamma and beta as fp32 from shared memory, filled once a CTA, on staged rows. Sweep 29
      * (H200, 2^27 elements): fp32 N = 256-512 +0.8 to +4.6 points, 16-bit LayerNorm N = 256-1024
      * 0 to +1.7, but 16-bit RMSNorm 384-1024 -0.6 to -2.9; at 8 vectors a lane (16-bit 2048,
@@ -268,9 +299,18 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const int v1 = 8 / vec; /* vectors of 8 elements */
     /* fp32 LayerNorm rows of up to 4096 at 16 elements a thread (sweep 19: N = 2048 and 4096
      * +3 and +5 points; from 5120 on, and for RMSNorm, 16 was level or slower). */
-    const int ept = p->dtype == FNORM_DTYPE_F32 && p->norm == FNORM_LAYERNORM && p->cols <= 4096
-                        ? tn.fwd_ept_ln32
-                        : tn.fwd_ept;
+    /* fp32 RMSNorm rows of up to 8192: x read again for y (fwd_cta_reread_kernel), at 16
+     * elements a thread and 48 registers (rows of up to 4096) or 40. Sweep 35 (H200, 2^27
+     * elements): N = 2048 94% -> 99% of the copy, 4096 93% -> 99%, 8192 92% -> 99%; 16384
+     * (1024 threads a CTA) 93% -> 77%. LayerNorm, and 16-bit rows (which spill within 40 or 48
+     * registers), gained at most 1.7 points anywhere and mostly lost (sweeps 33 and 35). */
+    const bool reread = tn.fwd_reread == 2 || (tn.fwd_reread == 1 && p->dtype == FNORM_DTYPE_F32 &&
+                                               p->norm == FNORM_RMSNORM && p->cols <= 8192);
+    int ept = p->dtype == FNORM_DTYPE_F32 && p->norm == FNORM_LAYERNORM && p->cols <= 4096
+                  ? tn.fwd_ept_ln32
+                  : tn.fwd_ept;
+    if (reread && tn.fwd_reread == 1)
+      ept = 16;
     int vpt = v1;
     while (vpt < 4 * v1 && vpt * vec < ept)
       vpt *= 2;
@@ -279,6 +319,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (ceil_div(nvec, vpt) <= 1024) {
       pl.mode = MODE_CTA;
       pl.vpt = vpt;
+      /* reread: the kernel's register budget */
+      pl.reread = !reread ? 0 : p->cols <= 4096 ? 48 : 40;
+      if (kTuningBuild && reread && tn.fwd_reread_regs != 0)
+        pl.reread = tn.fwd_reread_regs;
       pl.cluster = 1;
       pl.threads = (int)round_up(ceil_div(nvec, vpt), 32);
       pl.grid = min64(p->rows, kMaxGrid);
