@@ -136,6 +136,9 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require(pl.chunk * pl.cluster >= nvec, "forward streaming kernel: the row covered");
     require(pl.grid >= pl.cluster && pl.grid % pl.cluster == 0,
             "forward streaming kernel: whole clusters");
+    require(pl.threads <= 512, "forward streaming kernel: at most its 512 threads");
+    require(kTuningBuild || (pl.min_blocks == 4 && pl.hints == 1),
+            "forward streaming kernel: the form built for 4 CTAs an SM, with L2 hints (sweep 39)");
     break;
   default:
     require(false, "forward row tier: a known mode");

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   T *dx = (T *)a.dx;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   float acc_g[EPT], acc_b[EPT];
 #pragma unroll
   for (int j = 0; j < EPT; ++j)
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(512, 1)
   const int64_t step = nclusters * crows;
   const P *gamma = (const P *)a.gamma;
   const P *beta = a.from_y ? (const P *)a.beta : nullptr;
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   bool mine[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(512, 1)
     }
   const P *gamma = (const P *)a.gamma;
   const P *beta = a.from_y ? (const P *)a.beta : nullptr;
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   [[maybe_unused]] float *sbeta =
       reinterpret_cast<float *>(dyn_smem + (size_t)2 * nstages * chunk_vecs * sizeof(V));
   bool mine[VPT];
@@ -752,7 +752,7 @@ __global__ void __launch_bounds__(256)
   if (v >= nvec)
     return;
   const int64_t col = v * VEC;
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   float gm[VEC], bt[VEC], acc_g[VEC], acc_b[VEC];
   load_param<P, VEC>((const P *)a.gamma, col, 1.f, gm);
   load_param<P, VEC>(a.from_y ? (const P *)a.beta : nullptr, col, 0.f, bt);

@@ -54,6 +54,26 @@ template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
 /* VEC consecutive elements moved as one access (16 bytes for the vector paths). */
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack { T v[VEC]; };
 
+/* A pack's elements as fp32. bf16 pairs are widened straight from their 32-bit word (the low
+ * element shifted up, the high one masked: one instruction each, where the per-element
+ * conversion takes two for the high element). Exact either way. */
+template <typename T, int VEC>
+__device__ __forceinline__ void unpack_f32(const Pack<T, VEC> &pk, float *out) {
+  if constexpr (std::is_same<T, bf16>::value && VEC % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) {
+      unsigned w;
+      memcpy(&w, &pk.v[2 * i], 4);
+      out[2 * i] = __uint_as_float(w << 16);
+      out[2 * i + 1] = __uint_as_float(w & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      out[e] = to_f32(pk.v[e]);
+  }
+}
+
 /* A row vector read once: bypass L1 (ld.global.L1::no_allocate), so that the streams of
  * x and dy do not evict gamma and beta, which every row re-reads from L1. */
 template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> load_stream(const T *p) {
@@ -76,6 +96,15 @@ template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> load_stre
   return pk;
 }
 
+/* ---- scalar helpers ---- */
+/* 1/x for a count of values (x >= 1): the hardware reciprocal, within an ulp (exact for powers
+ * of two), one instruction where the IEEE division takes a dozen and a branch. */
+__device__ __forceinline__ float count_rcp(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 /* L2 eviction policies for a row read twice in quick succession (sm_80+): the first read marks
  * its lines evict-last, so that they are still in L2 for the second, which marks them
  * evict-first, since nothing reads them again. */
@@ -87,6 +116,11 @@ __device__ __forceinline__ uint64_t l2_policy_keep() {
 __device__ __forceinline__ uint64_t l2_policy_drop() {
   uint64_t pol;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_normal() {
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
   return pol;
 }
 
@@ -129,17 +163,12 @@ __device__ __forceinline__ Pack<T, VEC> load_hinted(const T *p, uint64_t pol) {
 
 template <typename T, int VEC>
 __device__ __forceinline__ void load_stream_f32(const T *p, float *out) {
-  const Pack<T, VEC> pk = load_stream<T, VEC>(p);
-#pragma unroll
-  for (int e = 0; e < VEC; ++e)
-    out[e] = to_f32(pk.v[e]);
+  unpack_f32<T, VEC>(load_stream<T, VEC>(p), out);
 }
 
 template <typename T, int VEC> __device__ __forceinline__ void load_vec(const T *p, float *out) {
-  const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC> *>(p);
-#pragma unroll
-  for (int e = 0; e < VEC; ++e)
-    out[e] = to_f32(pk.v[e]);
+  const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC> *>(p); /* one access */
+  unpack_f32<T, VEC>(pk, out);
 }
 
 template <typename T, int VEC> __device__ __forceinline__ void store_vec(T *p, const float *in) {
@@ -536,9 +565,9 @@ __device__ __forceinline__ LnCounts ln_counts(int values_thread, int64_t values_
   group_sum<32, 1>(w);
   n.nw = w[0];
   n.ncta = (float)values_cta;
-  n.inv_nt = n.nt > 0.f ? 1.f / n.nt : 0.f;
-  n.inv_nw = n.nw > 0.f ? 1.f / n.nw : 0.f;
-  n.inv_ncta = n.ncta > 0.f ? 1.f / n.ncta : 0.f;
+  n.inv_nt = n.nt > 0.f ? count_rcp(n.nt) : 0.f;
+  n.inv_nw = n.nw > 0.f ? count_rcp(n.nw) : 0.f;
+  n.inv_ncta = n.ncta > 0.f ? count_rcp(n.ncta) : 0.f;
   return n;
 }
 /* The combination half of cta_ln_stats, for values a thread has already reduced: its values

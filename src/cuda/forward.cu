@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   T *y = (T *)a.y;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   auto slot = [&](int s, int k) { return stage + (s * VPT + k) * (int)blockDim.x + threadIdx.x; };
   /* Copies the thread's vectors of row `row` into stage s (one commit group, maybe empty). */
   auto issue = [&](int s, int64_t row) {
@@ -206,7 +206,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   bool mine[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
@@ -270,7 +270,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
       ChunkStats cs;
       cs.ref = mc;
       cs.n = (float)(count * VEC);
-      cs.c = count > 0 ? t[0] / cs.n : 0.f;
+      cs.c = count > 0 ? t[0] * count_rcp(cs.n) : 0.f;
       cs.m2 = t[1] - t[0] * cs.c;
       const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, a.eps);
       c = st.off;
@@ -339,7 +339,7 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
     nmine += mine[k];
   }
   const LnCounts counts = ln_counts(nmine * VEC, nvec * VEC);
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
   int round = 0;
@@ -442,7 +442,9 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
 }
 
 /* The REREAD form at no more than REGS registers a thread (40: three CTAs of 512 threads an
- * SM; tuning builds also have 32 and 48). */
+ * SM; tuning builds also have 32 and 48). (Sweeps 38 and 40 also capped the form that holds
+ * the row, at 32-48 registers and 8-16 elements a thread: no gain anywhere, and up to 37 points
+ * lost.) */
 template <typename T, typename P, int VEC, int VPT, bool LN, int REGS>
 __global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
   fwd_cta_body<T, P, VEC, VPT, LN, true>(a);
@@ -479,7 +481,7 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   int round = 0, buf = 0;
   if (STAGED && nbuf == 2 && cluster_id < a.rows)
     stage_issue<T, VEC>(stages, (const T *)a.x + cluster_id * a.x_stride + v0 * VEC, count);
@@ -578,8 +580,9 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
  * RMSNorm; bf16 RMSNorm 167 x 802816 was slower, 1815 -> 1112, and stays staged). */
 constexpr int STREAM_BATCH = 4;
 
-template <typename T, typename P, int VEC, bool LN>
-__global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t chunk_vecs) {
+template <typename T, typename P, int VEC, bool LN, int MINB>
+__global__ void __launch_bounds__(512, MINB)
+    fwd_stream_kernel(FwdParams a, int64_t chunk_vecs, int hints) {
   __shared__ RingRed red;
   int csize, crank;
   cluster_shape(csize, crank);
@@ -591,48 +594,52 @@ __global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t ch
   const int64_t nj =
       count > (int64_t)threadIdx.x ? (count - threadIdx.x + blockDim.x - 1) / blockDim.x : 0;
   const LnCounts counts = ln_counts((int)(nj * VEC), count * VEC);
-  const float inv_n = 1.f / (float)a.cols;
+  const float inv_n = count_rcp((float)a.cols);
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
+  /* hints: the first read evict-last, the second evict-first; else both at normal priority. */
+  const uint64_t first = hints ? l2_policy_keep() : l2_policy_normal();
+  const uint64_t second = hints ? l2_policy_drop() : l2_policy_normal();
   int round = 0, xround = 0;
   for (int64_t row = blockIdx.x / csize; row < a.rows; row += gridDim.x / csize) {
     const T *xr = (const T *)a.x + row * a.x_stride + v0 * VEC;
-    /* Pass 1: statistics. */
+    /* Pass 1: statistics, from the values as loaded (16-bit ones in half the registers). */
     float shift = 0.f, mean = 0.f, m2 = 0.f, n = 0.f, ssq[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1 /* STREAM_BATCH vectors in flight; unrolled, the loop costs registers */
     for (int64_t j = 0; j < nj; j += STREAM_BATCH) {
-      float v[STREAM_BATCH * VEC];
+      Pack<T, VEC> raw[STREAM_BATCH];
       const int nb = (int)(nj - j < STREAM_BATCH ? nj - j : STREAM_BATCH);
 #pragma unroll
       for (int u = 0; u < STREAM_BATCH; ++u) {
         if (u < nb) {
-          load_stream_f32<T, VEC>(xr + (threadIdx.x + (j + u) * blockDim.x) * VEC, &v[u * VEC]);
+          raw[u] = load_hinted<T, VEC>(xr + (threadIdx.x + (j + u) * blockDim.x) * VEC, first);
         } else {
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
-            v[u * VEC + e] = 0.f;
+            raw[u].v[e] = from_f32<T>(0.f);
         }
       }
       if constexpr (LN) {
         if (j == 0)
-          shift = v[0];
+          shift = to_f32(raw[0].v[0]);
         float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int u = 0; u < STREAM_BATCH; ++u)
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
-            p[e & 3] += u < nb ? v[u * VEC + e] - shift : 0.f;
+            p[e & 3] += u < nb ? to_f32(raw[u].v[e]) - shift : 0.f;
         const float fb = (float)(nb * VEC);
-        const float mb = ((p[0] + p[1]) + (p[2] + p[3])) / fb;
+        const float mb = ((p[0] + p[1]) + (p[2] + p[3])) * count_rcp(fb);
         float q[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int u = 0; u < STREAM_BATCH; ++u)
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            const float d = u < nb ? (v[u * VEC + e] - shift) - mb : 0.f;
+            const float d = u < nb ? (reconvert<T, VEC>(raw[u], e) - shift) - mb : 0.f;
             q[e & 3] = fmaf(d, d, q[e & 3]);
           }
         const float m2b = (q[0] + q[1]) + (q[2] + q[3]);
-        const float n2 = n + fb, r = 1.f / n2, dm = mb - mean;
+        const float n2 = n + fb, r = count_rcp(n2), dm = mb - mean;
         mean = fmaf(dm, fb * r, mean); /* Chan's update; exact at the first batch (n = 0) */
         m2 = m2 + m2b + dm * dm * (n * fb * r);
         n = n2;
@@ -640,8 +647,10 @@ __global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t ch
 #pragma unroll
         for (int u = 0; u < STREAM_BATCH; ++u)
 #pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            ssq[e & 3] = fmaf(v[u * VEC + e], v[u * VEC + e], ssq[e & 3]);
+          for (int e = 0; e < VEC; ++e) {
+            const float xv = to_f32(raw[u].v[e]);
+            ssq[e & 3] = fmaf(xv, xv, ssq[e & 3]);
+          }
       }
     }
     float ref = 0.f, off = 0.f, rstd, mean_out = 0.f;
@@ -661,15 +670,16 @@ __global__ void __launch_bounds__(512) fwd_stream_kernel(FwdParams a, int64_t ch
       store_row_stats(a, row, mean_out, rstd);
     /* Pass 2: y, last-read vectors first. */
     T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
+#pragma unroll 1
     for (int64_t j = nj - 1; j >= 0; --j) {
       const int64_t i = threadIdx.x + j * blockDim.x;
-      float f[VEC], g[VEC], b[VEC], out[VEC];
-      load_vec<T, VEC>(xr + i * VEC, f);
+      const Pack<T, VEC> pk = load_hinted<T, VEC>(xr + i * VEC, second);
+      float g[VEC], b[VEC], out[VEC];
       load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
       load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        out[e] = fmaf(((f[e] - ref) - off) * rstd, g[e], b[e]);
+        out[e] = fmaf(((to_f32(pk.v[e]) - ref) - off) * rstd, g[e], b[e]);
       store_vec<T, VEC>(yr + i * VEC, out);
     }
   }
@@ -740,6 +750,27 @@ static void (*fwd_cta_pick(bool ln, int reread))(FwdParams) {
   return nullptr;
 }
 
+/* The streaming kernel at the plan's CTAs an SM (min_blocks): release builds have the library's
+ * 4 (at most 32 registers), tuning builds also 1 (the kernel's own count, 46-96) and 2 (nullptr
+ * if none). */
+template <typename T, typename P, int VEC, bool LN>
+static void (*fwd_stream_minb(int min_blocks))(FwdParams, int64_t, int) {
+  if (min_blocks == 4)
+    return fwd_stream_kernel<T, P, VEC, LN, 4>;
+  if constexpr (kTuningBuild) {
+    if (min_blocks == 1)
+      return fwd_stream_kernel<T, P, VEC, LN, 1>;
+    if (min_blocks == 2)
+      return fwd_stream_kernel<T, P, VEC, LN, 2>;
+  }
+  return nullptr;
+}
+template <typename T, typename P, int VEC>
+static void (*fwd_stream_pick(bool ln, const Plan &plan))(FwdParams, int64_t, int) {
+  return ln ? fwd_stream_minb<T, P, VEC, true>(plan.min_blocks)
+            : fwd_stream_minb<T, P, VEC, false>(plan.min_blocks);
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
@@ -779,10 +810,12 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_STREAM) {
-    if constexpr (VEC * sizeof(T) == 16)
-      return launch_kernel(a.layernorm ? fwd_stream_kernel<T, P, VEC, true>
-                                       : fwd_stream_kernel<T, P, VEC, false>,
-                           plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
+    if constexpr (VEC * sizeof(T) == 16) {
+      void (*k)(FwdParams, int64_t, int) = fwd_stream_pick<T, P, VEC>(a.layernorm != 0, plan);
+      if (k)
+        return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk,
+                             plan.hints);
+    }
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {

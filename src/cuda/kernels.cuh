@@ -79,7 +79,11 @@ struct Plan {
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
-  int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held */
+  int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
+                       kernel's registers a thread at most (40 or 48); 0 held */
+  int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (1: its own registers) */
+  int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second
+                       evict-first */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
   int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
                        staged rows); TIER_RING (from y): beta */

@@ -98,11 +98,16 @@ struct Tuning {
                           of up to 8192; 0 never; 2 (tuning builds) on all its rows */
   int fwd_reread_regs; /* ... its registers a thread at most (tuning builds: 32, 40 or 48; 0 the
                           rule's) */
-  int fwd_warp_threads; /* forward warp tier (tuning builds): threads a CTA (32 to 256; 0 the
-                           rule's) */
-  int fwd_warp_persist; /* ... 2: 16-byte rows of a warp and fp32 rows take one-warp CTAs, not
-                           persistent, the rest persistent CTAs (at most 16 an SM, each looping
-                           over rows); 1: all persistent; 0: none */
+  int fwd_stream_minb; /* forward streaming kernel: CTAs an SM it is built for, 4 (at most 32
+                          registers; tuning builds also 1, its own count, and 2) */
+  int fwd_stream_hints;   /* ... 1: x's first read evict-last in L2, the second evict-first; 0:
+                             both at normal priority */
+  int fwd_stream_threads; /* ... threads a CTA (tuning builds: 128 to 512; 0 the rule's) */
+  int fwd_warp_threads;   /* forward warp tier (tuning builds): threads a CTA (32 to 256; 0 the
+                             rule's) */
+  int fwd_warp_persist;   /* ... 2: 16-byte rows of a warp and fp32 rows take one-warp CTAs, not
+                             persistent, the rest persistent CTAs (at most 16 an SM, each looping
+                             over rows); 1: all persistent; 0: none */
 };
 
 #ifdef FNORM_TUNING
@@ -113,8 +118,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096,
-              1, 0, 1,   32,   16,  1,  4, 1, 1,  1, 0, 0, 2};
+  Tuning t = {1, 2,  512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,
+              1, 32, 16,  1,    4,   1,  1, 1, 0,  4, 1, 0, 0,    2};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -140,6 +145,9 @@ Tuning tuning() {
   t.fwd_param_smem = tune_knob("FNORM_TUNE_FWD_PARAM_SMEM", t.fwd_param_smem);
   t.fwd_reread = tune_knob("FNORM_TUNE_FWD_REREAD", t.fwd_reread);
   t.fwd_reread_regs = tune_knob("FNORM_TUNE_FWD_REREAD_REGS", t.fwd_reread_regs);
+  t.fwd_stream_minb = tune_knob("FNORM_TUNE_FWD_STREAM_MINB", t.fwd_stream_minb);
+  t.fwd_stream_hints = tune_knob("FNORM_TUNE_FWD_STREAM_HINTS", t.fwd_stream_hints);
+  t.fwd_stream_threads = tune_knob("FNORM_TUNE_FWD_STREAM_THREADS", t.fwd_stream_threads);
   t.fwd_warp_threads = tune_knob("FNORM_TUNE_FWD_WARP_THREADS", t.fwd_warp_threads);
   t.fwd_warp_persist = tune_knob("FNORM_TUNE_FWD_WARP_PERSIST", t.fwd_warp_persist);
 #endif
@@ -347,6 +355,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.cluster = c;
     pl.chunk = ceil_div(nvec, c);
     pl.threads = kMaxThreads;
+    if (kTuningBuild && tn.fwd_stream_threads >= 128 && tn.fwd_stream_threads <= kMaxThreads)
+      pl.threads = (int)round_up(tn.fwd_stream_threads, 32);
+    pl.min_blocks = tn.fwd_stream_minb;
+    pl.hints = tn.fwd_stream_hints;
     pl.grid = min64(p->rows, kMaxGrid / c) * c;
     return pl;
   }
