@@ -213,8 +213,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           const Pack<T, VEC> pd = *slot(stg, 0, k), px = *slot(stg, 1, k);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            d[k * VEC + e] = to_f32(pd.v[e]);
-            xv[e] = to_f32(px.v[e]);
+            d[k * VEC + e] = pack_f32<T, VEC>(pd, e);
+            xv[e] = pack_f32<T, VEC>(px, e);
           }
         } else {
           load_stream_f32<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
@@ -423,8 +423,8 @@ __global__ void __launch_bounds__(512, 1)
         float xv[VEC], gm[VEC], bt[VEC], g[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          d[k * VEC + e] = to_f32(cdy[k].v[e]);
-          xv[e] = to_f32(cxy[k].v[e]);
+          d[k * VEC + e] = pack_f32<T, VEC>(cdy[k], e);
+          xv[e] = pack_f32<T, VEC>(cxy[k], e);
         }
         load_param<P, VEC>(gamma, col, 1.f, gm);
         load_param<P, VEC>(beta, col, 0.f, bt);
@@ -613,8 +613,8 @@ __global__ void __launch_bounds__(512, 1)
         float xv[VEC], bt[VEC], g[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          d[k * VEC + e] = to_f32(pd.v[e]);
-          xv[e] = to_f32(px.v[e]);
+          d[k * VEC + e] = pack_f32<T, VEC>(pd, e);
+          xv[e] = pack_f32<T, VEC>(px, e);
         }
         if constexpr (BETA_SMEM) {
           load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);

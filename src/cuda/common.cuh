@@ -54,24 +54,26 @@ template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
 /* VEC consecutive elements moved as one access (16 bytes for the vector paths). */
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack { T v[VEC]; };
 
-/* A pack's elements as fp32. bf16 pairs are widened straight from their 32-bit word (the low
- * element shifted up, the high one masked: one instruction each, where the per-element
- * conversion takes two for the high element). Exact either way. */
+/* Element e of a pack as fp32. A bf16 element is widened straight from the 32-bit word that
+ * holds it with its neighbour (the low one shifted up, the high one masked: one instruction
+ * each, where the compiler's per-element conversion takes two for the high one). Exact. */
+template <typename T, int VEC>
+__device__ __forceinline__ float pack_f32(const Pack<T, VEC> &pk, int e) {
+  if constexpr (std::is_same<T, bf16>::value && VEC % 2 == 0) {
+    unsigned w;
+    memcpy(&w, &pk.v[e & ~1], 4);
+    return __uint_as_float(e & 1 ? w & 0xffff0000u : w << 16);
+  } else {
+    return to_f32(pk.v[e]);
+  }
+}
+
+/* A pack's elements as fp32 (pack_f32). */
 template <typename T, int VEC>
 __device__ __forceinline__ void unpack_f32(const Pack<T, VEC> &pk, float *out) {
-  if constexpr (std::is_same<T, bf16>::value && VEC % 2 == 0) {
 #pragma unroll
-    for (int i = 0; i < VEC / 2; ++i) {
-      unsigned w;
-      memcpy(&w, &pk.v[2 * i], 4);
-      out[2 * i] = __uint_as_float(w << 16);
-      out[2 * i + 1] = __uint_as_float(w & 0xffff0000u);
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      out[e] = to_f32(pk.v[e]);
-  }
+  for (int e = 0; e < VEC; ++e)
+    out[e] = pack_f32<T, VEC>(pk, e);
 }
 
 /* A row vector read once: bypass L1 (ld.global.L1::no_allocate), so that the streams of

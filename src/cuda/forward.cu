@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
           const Pack<T, VEC> pk = *slot(stg, k);
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
-            v[k * VEC + e] = to_f32(pk.v[e]);
+            v[k * VEC + e] = pack_f32<T, VEC>(pk, e);
         } else {
           load_stream_f32<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
         }
@@ -230,6 +230,8 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
      * 20 points, the copy costs fp32 rows 10). Four partial sums keep the chains short. */
     constexpr bool COPY = sizeof(T) < 4;
     float v[COPY ? VEC * VPT : 1];
+    /* to_f32, not pack_f32: with it this kernel's bf16 rows (N = 65536, 262144) ran 30-38%
+     * slower (run Z2, H200), where the other kernels were level or faster. */
     if constexpr (COPY) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
@@ -373,7 +375,7 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
     }
     auto x_at = [&](int k, int e) {
       if constexpr (REREAD)
-        return to_f32(raw[k].v[e]);
+        return pack_f32<T, VEC>(raw[k], e);
       else
         return v[k * VEC + e];
     };
@@ -458,7 +460,7 @@ __device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *r
     const Pack<T, VEC> pk = stage[i];
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
-      out[e] = to_f32(pk.v[e]);
+      out[e] = pack_f32<T, VEC>(pk, e);
   } else {
     load_vec<T, VEC>(row_chunk + i * VEC, out);
   }
@@ -621,13 +623,13 @@ __global__ void __launch_bounds__(512, MINB)
       }
       if constexpr (LN) {
         if (j == 0)
-          shift = to_f32(raw[0].v[0]);
+          shift = pack_f32<T, VEC>(raw[0], 0);
         float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int u = 0; u < STREAM_BATCH; ++u)
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
-            p[e & 3] += u < nb ? to_f32(raw[u].v[e]) - shift : 0.f;
+            p[e & 3] += u < nb ? pack_f32<T, VEC>(raw[u], e) - shift : 0.f;
         const float fb = (float)(nb * VEC);
         const float mb = ((p[0] + p[1]) + (p[2] + p[3])) * count_rcp(fb);
         float q[4] = {0.f, 0.f, 0.f, 0.f};
@@ -648,7 +650,7 @@ __global__ void __launch_bounds__(512, MINB)
         for (int u = 0; u < STREAM_BATCH; ++u)
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            const float xv = to_f32(raw[u].v[e]);
+            const float xv = pack_f32<T, VEC>(raw[u], e);
             ssq[e & 3] = fmaf(xv, xv, ssq[e & 3]);
           }
       }
@@ -679,7 +681,7 @@ __global__ void __launch_bounds__(512, MINB)
       load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        out[e] = fmaf(((to_f32(pk.v[e]) - ref) - off) * rstd, g[e], b[e]);
+        out[e] = fmaf(((pack_f32<T, VEC>(pk, e) - ref) - off) * rstd, g[e], b[e]);
       store_vec<T, VEC>(yr + i * VEC, out);
     }
   }
