@@ -81,7 +81,8 @@ struct Plan {
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
                        kernel's registers a thread at most (40 or 48); 0 held */
-  int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (1: its own registers) */
+  int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32
+                       registers; tuning builds also 1, its own count, and 2) */
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second
                        evict-first */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
