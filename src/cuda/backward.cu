@@ -211,11 +211,8 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
         float xv[VEC], gm[VEC], bt[VEC];
         if constexpr (STAGED) {
           const Pack<T, VEC> pd = *slot(stg, 0, k), px = *slot(stg, 1, k);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            d[k * VEC + e] = pack_f32<T, VEC>(pd, e);
-            xv[e] = pack_f32<T, VEC>(px, e);
-          }
+          unpack_f32<T, VEC>(pd, &d[k * VEC]);
+          unpack_f32<T, VEC>(px, xv);
         } else {
           load_stream_f32<T, VEC>(dy + row * a.dy_stride + col, &d[k * VEC]);
           load_stream_f32<T, VEC>(xy + row * a.xy_stride + col, xv);
@@ -611,11 +608,8 @@ __global__ void __launch_bounds__(512, 1)
         const int i = threadIdx.x + k * blockDim.x;
         const V pd = sdy[i], px = sxy[i];
         float xv[VEC], bt[VEC], g[VEC];
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          d[k * VEC + e] = pack_f32<T, VEC>(pd, e);
-          xv[e] = pack_f32<T, VEC>(px, e);
-        }
+        unpack_f32<T, VEC>(pd, &d[k * VEC]);
+        unpack_f32<T, VEC>(px, xv);
         if constexpr (BETA_SMEM) {
           load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);
         } else {

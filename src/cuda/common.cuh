@@ -126,9 +126,10 @@ __device__ __forceinline__ uint64_t l2_policy_normal() {
   return pol;
 }
 
-/* Element e of a loaded pack as fp32, converted by an instruction the compiler cannot merge
- * with an earlier conversion of the same element: a kernel that converts its 16-bit values
- * again (one instruction an element) rather than hold them as floats (twice the registers). */
+/* Element e of a loaded pack as fp32, as pack_f32, but converted by an instruction the compiler
+ * cannot merge with an earlier conversion of the same element: a kernel that converts its 16-bit
+ * values again (one instruction an element) rather than hold them as floats (twice the
+ * registers). */
 template <typename T, int VEC>
 __device__ __forceinline__ float reconvert(const Pack<T, VEC> &pk, int e) {
   if constexpr (sizeof(T) == 4) {
@@ -150,7 +151,7 @@ __device__ __forceinline__ float reconvert(const Pack<T, VEC> &pk, int e) {
   }
 }
 
-/* A 16-byte row vector read past L1 with an L2 policy from l2_policy_keep/l2_policy_drop. */
+/* A 16-byte row vector read past L1 with an L2 policy (l2_policy_keep, _drop or _normal). */
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_hinted(const T *p, uint64_t pol) {
   static_assert(sizeof(Pack<T, VEC>) == 16, "16-byte vectors");

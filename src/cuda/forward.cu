@@ -51,9 +51,9 @@ __device__ __forceinline__ void store_row_stats(const FwdParams &a, int64_t row,
 /* STAGED (16-byte vectors, chosen by plan_forward): each lane copies its own vectors of its next
  * row into shared memory with cp.async while it works on this one, as bwd_warp_kernel does (no
  * barrier: a lane reads back only its own copies), so two rows' loads are in flight a warp.
- * PARAM_SMEM (experimental, tuning builds, 16-byte rows): gamma and beta as fp32 in shared
- * memory after the stages, filled once a CTA, as the backward warp tier reads them (sweep 26
- * gained it 5-15 points); sweep 29 asks whether the forward gains too. */
+ * PARAM_SMEM (16-byte rows; planned on staged fp32 and 16-bit LayerNorm rows, sweep 29; on the
+ * other 16-byte rows in tuning builds only): gamma and beta as fp32 in shared memory after the
+ * stages, filled once a CTA, as the backward warp tier reads them. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false,
           bool PARAM_SMEM = false>
 __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
@@ -113,10 +113,8 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
         if constexpr (STAGED) {
-          const Pack<T, VEC> pk = *slot(stg, k);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            v[k * VEC + e] = pack_f32<T, VEC>(pk, e);
+          const Pack<T, VEC> pk = *slot(stg, k); /* one access */
+          unpack_f32<T, VEC>(pk, &v[k * VEC]);
         } else {
           load_stream_f32<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
         }
@@ -457,10 +455,8 @@ template <typename T, int VEC, bool STAGED>
 __device__ __forceinline__ void chunk_load(const Pack<T, VEC> *stage, const T *row_chunk, int64_t i,
                                            float *out) {
   if (STAGED) {
-    const Pack<T, VEC> pk = stage[i];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      out[e] = pack_f32<T, VEC>(pk, e);
+    const Pack<T, VEC> pk = stage[i]; /* one access */
+    unpack_f32<T, VEC>(pk, out);
   } else {
     load_vec<T, VEC>(row_chunk + i * VEC, out);
   }
