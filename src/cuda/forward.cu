@@ -32,8 +32,10 @@
  * register kernel at every N on an H200), 16 instead of 32 elements a thread, L2 bulk
  * prefetches rows ahead (no gain; the disabled code alone cost the warp tier 10 points),
  * clusters of fwd_cta_kernel for longer rows (slower than fwd_reg_kernel), the streaming kernel
- * for fwd_cta_kernel's rows (18-62% of the copy), and the reread form for LayerNorm and 16-bit
- * rows (its register budget spills them; sweeps 33 and 35).
+ * for fwd_cta_kernel's rows (18-62% of the copy), the reread form for LayerNorm and 16-bit
+ * rows (its register budget spills them; sweeps 33 and 35), and for the warp tier's staged
+ * 16-bit rows of 8-16 lanes a grid of only the resident CTAs or a 64-register bound for a
+ * fourth CTA an SM (A/B runs AA1-AA2: 4-10% slower).
  */
 #include "kernels.cuh"
 

@@ -276,6 +276,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const int64_t rows_per_cta = pl.threads / pl.group;
     const int64_t full_grid = (int64_t)dev.sm_count * 16; /* CTAs */
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), kMaxGrid);
+    /* Persistent CTAs: up to 16 an SM, more than are resident (three or four). A grid of only
+     * the resident CTAs, one wave, ran 16-bit N = 256-512 5-10% slower (A/B run AA1, H200). */
     if (persist)
       pl.grid = min64(pl.grid, full_grid);
     /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
