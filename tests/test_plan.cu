@@ -86,7 +86,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "from 64 rows an SM");
     require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, pl.threads / pl.group),
             "forward warp tier: 1 CTA to one a row group");
-    require(pl.threads == 32 || pl.grid <= 16 * (int64_t)dev.sm_count,
+    require(pl.threads == 32 || kTuningBuild || pl.grid <= 16 * (int64_t)dev.sm_count,
             "forward warp tier: persistent 256-thread CTAs, at most 16 an SM");
     require(!pl.staged || (wide && pl.vpt <= 4), "forward staged rows: 16-byte, <= 4 vectors");
     require(!pl.staged || pl.threads == 256, "forward staged rows: persistent CTAs");

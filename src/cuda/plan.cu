@@ -108,6 +108,7 @@ struct Tuning {
   int fwd_warp_persist;   /* ... 2: 16-byte rows of a warp and fp32 rows take one-warp CTAs, not
                              persistent, the rest persistent CTAs (at most 16 an SM, each looping
                              over rows); 1: all persistent; 0: none */
+  int fwd_warp_grid;      /* ... persistent CTAs an SM at most (16; tuning builds 1 to 256) */
 };
 
 #ifdef FNORM_TUNING
@@ -119,7 +120,7 @@ int tune_knob(const char *name, int fallback) {
 
 Tuning tuning() {
   Tuning t = {1, 2,  512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,
-              1, 32, 16,  1,    4,   1,  1, 1, 0,  4, 1, 0, 0,    2};
+              1, 32, 16,  1,    4,   1,  1, 1, 0,  4, 1, 0, 0,    2, 16};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -150,6 +151,9 @@ Tuning tuning() {
   t.fwd_stream_threads = tune_knob("FNORM_TUNE_FWD_STREAM_THREADS", t.fwd_stream_threads);
   t.fwd_warp_threads = tune_knob("FNORM_TUNE_FWD_WARP_THREADS", t.fwd_warp_threads);
   t.fwd_warp_persist = tune_knob("FNORM_TUNE_FWD_WARP_PERSIST", t.fwd_warp_persist);
+  t.fwd_warp_grid = tune_knob("FNORM_TUNE_FWD_WARP_GRID", t.fwd_warp_grid);
+  if (t.fwd_warp_grid < 1 || t.fwd_warp_grid > 256)
+    t.fwd_warp_grid = 16;
 #endif
   return t;
 }
@@ -274,12 +278,12 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (kTuningBuild && tn.fwd_warp_threads >= 32 && tn.fwd_warp_threads <= 256)
       pl.threads = (int)round_up(tn.fwd_warp_threads, 32);
     const int64_t rows_per_cta = pl.threads / pl.group;
-    const int64_t full_grid = (int64_t)dev.sm_count * 16; /* CTAs */
+    const int64_t full_grid = (int64_t)dev.sm_count * 16; /* CTAs (the staging rule's) */
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), kMaxGrid);
     /* Persistent CTAs: up to 16 an SM, more than are resident (three or four). A grid of only
      * the resident CTAs, one wave, ran 16-bit N = 256-512 5-10% slower (A/B run AA1, H200). */
     if (persist)
-      pl.grid = min64(pl.grid, full_grid);
+      pl.grid = min64(pl.grid, (int64_t)dev.sm_count * tn.fwd_warp_grid);
     /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
      * to 4 vectors a lane (at 8, 64 KB of stages a CTA hold the SM to three CTAs: sweep 16, 16-bit
      * N = 2048 lost 3-9 points, fp32 N = 768-1024 -6 to +1.5) and when each warp of a full grid
