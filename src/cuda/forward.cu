@@ -53,16 +53,21 @@ __device__ __forceinline__ void store_row_stats(const FwdParams &a, int64_t row,
 /* STAGED (16-byte vectors, chosen by plan_forward): each lane copies its own vectors of its next
  * row into shared memory with cp.async while it works on this one, as bwd_warp_kernel does (no
  * barrier: a lane reads back only its own copies), so two rows' loads are in flight a warp.
+ * BATCH (tuning builds, FNORM_TUNE_FWD_STAGED=2): the lane reads all its slots of the stage at
+ * once and masks the ones its row does not fill (they hold stale data), where the per-vector
+ * conditional reads compile to a branch around each shared-memory load, the loads' latencies
+ * one after another.
  * PARAM_SMEM (16-byte rows; planned on staged fp32 and 16-bit LayerNorm rows, sweep 29; on the
  * other 16-byte rows in tuning builds only): gamma and beta as fp32 in shared memory after the
  * stages, filled once a CTA, as the backward warp tier reads them. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false,
-          bool PARAM_SMEM = false>
+          bool PARAM_SMEM = false, bool BATCH = false>
 __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int ROWS_PER_WARP = 32 / GROUP;
   static_assert(!STAGED || VEC * sizeof(T) == 16, "staging copies 16-byte vectors");
   static_assert(!PARAM_SMEM || VEC % 4 == 0, "parameters from shared memory: 16-byte rows");
+  static_assert(!BATCH || STAGED, "batched reads of the stage: staged rows");
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   /* STAGED: stage s, vector k of thread t at (s * VPT + k) * blockDim.x + t. */
   Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
@@ -110,8 +115,23 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       cp_async_wait(1); /* this row's group has landed */
     }
     float v[EPT];
+    if constexpr (BATCH) {
+      Pack<T, VEC> pk[VPT];
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
+      for (int k = 0; k < VPT; ++k)
+        pk[k] = *slot(stg, k);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const bool ok = row_ok && ((int64_t)k * GROUP + lane) * VEC < a.cols;
+        float t[VEC];
+        unpack_f32<T, VEC>(pk[k], t);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = ok ? t[e] : 0.f;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < (BATCH ? 0 : VPT); ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
         if constexpr (STAGED) {
@@ -692,24 +712,25 @@ __global__ void __launch_bounds__(512, MINB)
 
 /* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none); PSM:
  * the experimental form with gamma/beta in shared memory (tuning builds only). */
-template <typename T, typename P, int VEC, int VPT, bool STAGED, bool PSM = false>
+template <typename T, typename P, int VEC, int VPT, bool STAGED, bool PSM = false,
+          bool BATCH = false>
 static void (*fwd_warp_group(int group))(FwdParams) {
   switch (group) {
   case 32:
-    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED, PSM, BATCH>;
   case 16:
-    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED, PSM, BATCH>;
   case 8:
-    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED, PSM, BATCH>;
   case 4:
-    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED, PSM, BATCH>;
   default:
     return nullptr;
   }
 }
 
 /* The warp tier's kernel for the plan's lanes a row and vectors a lane (nullptr if none). */
-template <typename T, typename P, int VEC, bool STAGED, bool PSM = false>
+template <typename T, typename P, int VEC, bool STAGED, bool PSM = false, bool BATCH = false>
 static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
   if (plan.vpt == 8 && plan.group == 32) {
     if constexpr (!STAGED) /* plan_forward stages up to 4 vectors a lane */
@@ -717,10 +738,10 @@ static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
     return nullptr;
   }
   if (plan.vpt == 4)
-    return fwd_warp_group<T, P, VEC, 4, STAGED, PSM>(plan.group);
+    return fwd_warp_group<T, P, VEC, 4, STAGED, PSM, BATCH>(plan.group);
   if constexpr (VEC > 1) {
     if (plan.vpt == 3)
-      return fwd_warp_group<T, P, VEC, 3, STAGED, PSM>(plan.group);
+      return fwd_warp_group<T, P, VEC, 3, STAGED, PSM, BATCH>(plan.group);
   }
   return nullptr;
 }
@@ -786,6 +807,10 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     if constexpr (VEC * sizeof(T) == 16) {
       if (plan.staged) { /* two stages of vpt 16-byte vectors a thread */
         k = psm ? fwd_warp_pick<T, P, VEC, true, true>(plan) : fwd_warp_pick<T, P, VEC, true>(plan);
+        if constexpr (kTuningBuild) /* staged 2: the stage's slots read at once (BATCH) */
+          if (plan.staged == 2)
+            k = psm ? fwd_warp_pick<T, P, VEC, true, true, true>(plan)
+                    : fwd_warp_pick<T, P, VEC, true, false, true>(plan);
         smem = (size_t)2 * plan.vpt * plan.threads * 16;
       }
       if constexpr (kTuningBuild)

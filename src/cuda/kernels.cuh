@@ -78,7 +78,8 @@ struct Plan {
                        cluster * cluster_rows CTAs) */
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
-  int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
+  int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async);
+                       2 (tuning builds): each lane reads its slots of the stage at once */
   int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
                        kernel's registers a thread at most (40 or 48); 0 held */
   int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32

@@ -86,7 +86,8 @@ struct Tuning {
   int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
-  int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never */
+  int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never;
+                          2 (tuning builds) as 1, each lane reading its slots at once */
   int fwd_staged_rows; /* ... when each warp of a full grid gets at least this many rows */
   int fwd_stream;      /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
                           kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
@@ -289,8 +290,9 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
      * N = 2048 lost 3-9 points, fp32 N = 768-1024 -6 to +1.5) and when each warp of a full grid
      * (16 CTAs an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, most
      * cells lost 0.4-9 points). */
-    pl.staged = tn.fwd_staged > 0 && persist && vec * (int64_t)dtype_bytes(p->dtype) == 16 &&
-                pl.vpt <= 4 && p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
+    if (tn.fwd_staged > 0 && persist && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
+        p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32))
+      pl.staged = kTuningBuild && tn.fwd_staged == 2 ? 2 : 1;
     /* gamma and beta as fp32 from shared memory, filled once a CTA, on staged rows. Sweep 29
      * (H200, 2^27 elements): fp32 N = 256-512 +0.8 to +4.6 points, 16-bit LayerNorm N = 256-1024
      * 0 to +1.7, but 16-bit RMSNorm 384-1024 -0.6 to -2.9; at 8 vectors a lane (16-bit 2048,
