@@ -251,6 +251,7 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
                     pl.smem ==
                         plan_backward(&p, vecs[v], d.info).smem + (size_t)pl.chunk * pl.vec * 4,
                 "backward ring from y: beta's fp32 chunk after the stages");
+        require(kTuningBuild || !pl.fast_div, "backward from y: IEEE division in release builds");
       }
       if (!g_why[0]) {
         ++g_passed;

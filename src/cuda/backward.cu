@@ -39,11 +39,17 @@ namespace fnorm_cuda {
 /* xhat and g for VEC elements. */
 template <int VEC>
 __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, const float *gm,
-                                          const float *bt, float mu, float rs, bool from_y,
+                                          const float *bt, float mu, float rs, int from_y,
                                           float *xh, float *g) {
   /* Two loops behind one uniform branch: a select inside one loop would have the compiler
-   * evaluate the division on every element of the common (x) path too. */
-  if (from_y) {
+   * evaluate the division on every element of the common (x) path too. from_y 2 (tuning
+   * builds, FNORM_TUNE_BWD_FAST_DIV): __fdividef, a reciprocal and a product (2 ulp), where
+   * the IEEE division adds a check and a slow-path branch to every element. */
+  if (kTuningBuild && from_y == 2) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      xh[e] = __fdividef(xy[e] - bt[e], gm[e]);
+  } else if (from_y) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       xh[e] = (xy[e] - bt[e]) / gm[e];

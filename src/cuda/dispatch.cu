@@ -139,7 +139,7 @@ extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_
   k.xy_stride = xy_stride;
   k.dx_stride = p->dx_stride;
   k.layernorm = p->norm == FNORM_LAYERNORM;
-  k.from_y = from_y;
+  k.from_y = from_y ? (plan.fast_div ? 2 : 1) : 0;
   cudaStream_t st = (cudaStream_t)stream;
   return by_dtype(p, [&](auto *t, auto *pt) {
     return launch_backward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(

@@ -32,7 +32,7 @@ struct BwdParams {
   void *dx; /* NULL: not written */
   int64_t rows, cols, dy_stride, xy_stride, dx_stride;
   int layernorm;
-  int from_y;
+  int from_y;       /* 1: x recomputed from y; 2 (tuning builds): by __fdividef */
   int want_dparams; /* dgamma or dbeta requested */
   /* dgamma/dbeta partials in the workspace: [nparts][cols] for gamma, then the same for beta */
   float *partial;
@@ -87,6 +87,7 @@ struct Plan {
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second
                        evict-first */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
+  int fast_div;     /* backward from y (tuning builds): x recomputed by __fdividef */
   int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
                        staged rows); TIER_RING (from y): beta */
   int threads;      /* CTA size */

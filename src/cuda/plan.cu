@@ -110,6 +110,8 @@ struct Tuning {
                              persistent, the rest persistent CTAs (at most 16 an SM, each looping
                              over rows); 1: all persistent; 0: none */
   int fwd_warp_grid;      /* ... persistent CTAs an SM at most (16; tuning builds 1 to 256) */
+  int bwd_fast_div; /* backward from y: 0 x = (y - beta) / gamma by IEEE division; tuning builds:
+                       1 by __fdividef on 16-bit rows, 2 on all rows */
 };
 
 #ifdef FNORM_TUNING
@@ -120,8 +122,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2,  512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,
-              1, 32, 16,  1,    4,   1,  1, 1, 0,  4, 1, 0, 0,    2, 16};
+  Tuning t = {1,  2,  512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,  0, 1,
+              32, 16, 1,   4,    1,   1,  1, 0, 4,  1, 0, 0, 2,    16, 0};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -142,6 +144,7 @@ Tuning tuning() {
   t.bwd_cluster_rows = tune_knob("FNORM_TUNE_BWD_CLUSTER_ROWS", t.bwd_cluster_rows);
   t.bwd_ring_beta = tune_knob("FNORM_TUNE_BWD_RING_BETA", t.bwd_ring_beta);
   t.bwd_fin_cols = tune_knob("FNORM_TUNE_BWD_FIN_COLS", t.bwd_fin_cols);
+  t.bwd_fast_div = tune_knob("FNORM_TUNE_BWD_FAST_DIV", t.bwd_fast_div);
   t.fwd_staged = tune_knob("FNORM_TUNE_FWD_STAGED", t.fwd_staged);
   t.fwd_staged_rows = tune_knob("FNORM_TUNE_FWD_STAGED_ROWS", t.fwd_staged_rows);
   t.fwd_param_smem = tune_knob("FNORM_TUNE_FWD_PARAM_SMEM", t.fwd_param_smem);
@@ -530,11 +533,13 @@ int choose_vec(const fnorm_problem *p, const void *const *rows_ptrs, const int64
 }
 
 void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const DeviceInfo &dev) {
+  const Tuning tn = tuning();
+  pl.fast_div = kTuningBuild &&
+                (tn.bwd_fast_div == 2 || (tn.bwd_fast_div == 1 && dtype_bytes(p->dtype) == 2));
   /* Sweep 31 (H200, 2^27 elements): LayerNorm from y +6 to +12 points at 16-bit N = 5120-8192
    * (+0.2 to +1.6 at 16384-65536), +19 to +22 at fp32; but 6 to 12 points slower for RMSNorm
    * (no beta: only the reads of zeros would be added), so only where there is a beta. */
-  if (pl.tier != TIER_RING || tuning().bwd_ring_beta != 1 || p->norm != FNORM_LAYERNORM ||
-      !has_beta)
+  if (pl.tier != TIER_RING || tn.bwd_ring_beta != 1 || p->norm != FNORM_LAYERNORM || !has_beta)
     return;
   /* (Fewer CTAs may fit an SM with it; the workspace's partial rows, an upper bound, stay.) */
   const size_t beta_bytes = (size_t)pl.chunk * pl.vec * sizeof(float);
