@@ -3,6 +3,10 @@
 # command line (default: all). Logs and results go under $OUT (default ./out), so that the
 # lent-device workflow brings them back; the same script works on any CUDA machine.
 #   scripts/device_run.sh build test sanitize bench graph compare pytest
+# Tuning (developer builds with -DFNORM_TUNING=ON in $TUNE_BUILD, default build-tune):
+#   TUNE_TESTS="FNORM_TUNE_X=1;FNORM_TUNE_Y=2" SWEEP=bench/tune/sweepN.txt \
+#     scripts/device_run.sh tunebuild tunetest sweep
+# (tunetest runs the --quick tests once for each ;-separated set of knobs.)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -73,6 +77,32 @@ for step in $steps; do
       timeout 400 python3 -m pytest -q -x python/tests ${PYTEST_ARGS:-} >"$OUT/pytest.log" 2>&1
     note "pytest rc=$?"
     tail -30 "$OUT/pytest.log"
+    ;;
+  tunebuild)
+    note "tuning build"
+    cmake -S . -B "${TUNE_BUILD:-build-tune}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFNORM_CUDA=ON \
+      -DFNORM_TUNING=ON >"$OUT/tunebuild.log" 2>&1 &&
+      cmake --build "${TUNE_BUILD:-build-tune}" -j "$JOBS" >>"$OUT/tunebuild.log" 2>&1
+    note "tuning build rc=$?"
+    tail -3 "$OUT/tunebuild.log"
+    ;;
+  tunetest)
+    IFS=';' read -ra knob_sets <<<"${TUNE_TESTS:-}"
+    for knobs in "${knob_sets[@]}"; do
+      note "tests --quick with $knobs"
+      # shellcheck disable=SC2086 # the knobs are words
+      env $knobs timeout 300 "${TUNE_BUILD:-build-tune}/tests/fnorm_tests" --quick \
+        >>"$OUT/tunetest.log" 2>&1
+      note "tests rc=$?"
+      tail -1 "$OUT/tunetest.log"
+    done
+    ;;
+  sweep)
+    note "sweep ${SWEEP:-(none)}"
+    OUT="$OUT" BUILD="${TUNE_BUILD:-build-tune}" timeout 540 scripts/tune_sweep.sh "$SWEEP" \
+      >"$OUT/sweep.log" 2>&1
+    note "sweep rc=$?"
+    tail -5 "$OUT/sweep.log"
     ;;
   *) note "unknown step $step" ;;
   esac
