@@ -348,8 +348,11 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
  * occupancy; splitting longer rows over a cluster of these CTAs was slower than fwd_reg. */
 /* REREAD: the thread keeps its vectors as loaded (16-bit ones take half the registers of
  * floats) only until the statistics are known, and reads them again for y, from L2 (the first
- * read marks them evict-last, the second evict-first): fewer registers, more resident CTAs. */
-template <typename T, typename P, int VEC, int VPT, bool LN, bool REREAD>
+ * read marks them evict-last, the second evict-first): fewer registers, more resident CTAs.
+ * LATE (tuning builds, FNORM_TUNE_FWD_CTA=2): LayerNorm's counts (a warp's shuffles and three
+ * reciprocals) taken after the row's loads are issued, not before them: a CTA has one row, so
+ * they otherwise delay every row's loads. */
+template <typename T, typename P, int VEC, int VPT, bool LN, bool REREAD, bool LATE = false>
 __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   __shared__ __align__(16) float warp[2][32][4];
   const int64_t nvec = a.cols / VEC;
@@ -360,7 +363,10 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
     mine[k] = threadIdx.x + k * blockDim.x < nvec;
     nmine += mine[k];
   }
-  const LnCounts counts = ln_counts(nmine * VEC, nvec * VEC);
+  static_assert(!(REREAD && LATE), "the late counts' form holds the row");
+  LnCounts counts = {};
+  if constexpr (!LATE)
+    counts = ln_counts(nmine * VEC, nvec * VEC);
   const float inv_n = count_rcp((float)a.cols);
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
@@ -374,7 +380,7 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
     const T *xr = (const T *)a.x + row * a.x_stride;
     /* The row's values: as floats (v), or as loaded (raw, REREAD); zero where not mine. */
     float v[REREAD ? 1 : VPT * VEC];
-    Pack<T, VEC> raw[REREAD ? VPT : 1];
+    Pack<T, VEC> raw[REREAD ? VPT : 1], late[LATE ? VPT : 1];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if constexpr (REREAD) {
@@ -385,12 +391,29 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
           for (int e = 0; e < VEC; ++e)
             raw[k].v[e] = from_f32<T>(0.f);
         }
-      } else if (mine[k]) {
-        load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
+      } else if constexpr (LATE) { /* packs first; widened after the counts */
+        if (mine[k])
+          late[k] = load_stream<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC);
       } else {
+        if (mine[k]) {
+          load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            v[k * VEC + e] = 0.f;
+        }
+      }
+    }
+    if constexpr (LATE) {
+      if constexpr (LN)
+        counts = ln_counts(nmine * VEC, nvec * VEC);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        float t[VEC];
+        unpack_f32<T, VEC>(late[k], t);
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = 0.f;
+          v[k * VEC + e] = mine[k] ? t[e] : 0.f;
       }
     }
     auto x_at = [&](int k, int e) {
@@ -458,9 +481,9 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   }
 }
 
-template <typename T, typename P, int VEC, int VPT, bool LN>
+template <typename T, typename P, int VEC, int VPT, bool LN, bool LATE = false>
 __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
-  fwd_cta_body<T, P, VEC, VPT, LN, false>(a);
+  fwd_cta_body<T, P, VEC, VPT, LN, false, LATE>(a);
 }
 
 /* The REREAD form at no more than REGS registers a thread (40: three CTAs of 512 threads an
@@ -760,10 +783,14 @@ static void (*fwd_cta_reread_pick(int regs))(FwdParams) {
 }
 
 /* The CTA-per-row kernel for the norm; reread: 0, or the register budget of the form that reads
- * x again for y. Release builds have the reread forms plan_forward asks for (fp32 RMSNorm, 16
- * elements a thread), tuning builds all (nullptr if none). */
+ * x again for y; late (tuning builds): LayerNorm's counts after the loads (LATE). Release builds
+ * have the reread forms plan_forward asks for (fp32 RMSNorm, 16 elements a thread), tuning builds
+ * all (nullptr if none). */
 template <typename T, typename P, int VEC, int VPT>
-static void (*fwd_cta_pick(bool ln, int reread))(FwdParams) {
+static void (*fwd_cta_pick(bool ln, int reread, bool late))(FwdParams) {
+  if constexpr (kTuningBuild)
+    if (!reread && ln && late)
+      return fwd_cta_kernel<T, P, VEC, VPT, true, true>;
   if (!reread)
     return ln ? fwd_cta_kernel<T, P, VEC, VPT, true> : fwd_cta_kernel<T, P, VEC, VPT, false>;
   if constexpr (kTuningBuild)
@@ -828,11 +855,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       constexpr int V1 = kCtaMinVpt<T>;
       void (*k)(FwdParams) = nullptr;
       if (plan.vpt == V1)
-        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread);
+        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread, plan.late_counts);
       else if (plan.vpt == 2 * V1)
-        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread);
+        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread, plan.late_counts);
       else if (plan.vpt == 4 * V1)
-        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread);
+        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread, plan.late_counts);
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }

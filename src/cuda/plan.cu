@@ -83,7 +83,8 @@ struct Tuning {
   int bwd_ring_beta;    /* backward ring from y: 1 beta from shared memory where it fits, 0 never */
   int bwd_fin_cols;     /* dgamma/dbeta finalize: columns a block, 16 or 32; 0: 16 for rows
                            shorter than 8 columns an SM, else 32 */
-  int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
+  int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never; 2
+                           (tuning builds) as 1, LayerNorm's counts after the row's loads */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
   int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never;
@@ -338,6 +339,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (ceil_div(nvec, vpt) <= 1024) {
       pl.mode = MODE_CTA;
       pl.vpt = vpt;
+      pl.late_counts = kTuningBuild && tn.fwd_cta == 2;
       /* reread: the kernel's register budget */
       pl.reread = !reread ? 0 : p->cols <= 4096 ? 48 : 40;
       if (kTuningBuild && reread && tn.fwd_reread_regs != 0)
