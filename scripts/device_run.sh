@@ -6,7 +6,8 @@
 # Tuning (developer builds with -DFNORM_TUNING=ON in $TUNE_BUILD, default build-tune):
 #   TUNE_TESTS="FNORM_TUNE_X=1;FNORM_TUNE_Y=2" SWEEP=bench/tune/sweepN.txt \
 #     scripts/device_run.sh tunebuild tunetest sweep
-# (tunetest runs the --quick tests once for each ;-separated set of knobs.)
+# (tunetest runs the tests once for each ;-separated set of knobs, with the set's other words as
+# the tests' arguments, --quick when it has none.)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -88,10 +89,17 @@ for step in $steps; do
     ;;
   tunetest)
     IFS=';' read -ra knob_sets <<<"${TUNE_TESTS:-}"
-    for knobs in "${knob_sets[@]}"; do
-      note "tests --quick with $knobs"
-      # shellcheck disable=SC2086 # the knobs are words
-      env $knobs timeout 300 "${TUNE_BUILD:-build-tune}/tests/fnorm_tests" --quick \
+    for set in "${knob_sets[@]}"; do
+      envs=() args=()
+      for w in $set; do
+        case $w in
+        FNORM_TUNE_*=*) envs+=("$w") ;;
+        *) args+=("$w") ;;
+        esac
+      done
+      [ ${#args[@]} -gt 0 ] || args=(--quick)
+      note "tests ${args[*]} with ${envs[*]}"
+      env "${envs[@]}" timeout 300 "${TUNE_BUILD:-build-tune}/tests/fnorm_tests" "${args[@]}" \
         >>"$OUT/tunetest.log" 2>&1
       note "tests rc=$?"
       tail -1 "$OUT/tunetest.log"

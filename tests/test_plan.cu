@@ -71,7 +71,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "forward: the plan's width is the one asked for");
-  require(kTuningBuild || !pl.late_counts, "forward: release builds take the counts first");
+  require(kTuningBuild || !pl.variant, "forward: release builds use the release kernels' forms");
   if (pl.tier == TIER_WARP) {
     require(pl.group == 4 || pl.group == 8 || pl.group == 16 || pl.group == 32,
             "forward warp tier: 4 to 32 lanes a row");

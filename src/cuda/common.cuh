@@ -576,7 +576,10 @@ __device__ __forceinline__ LnCounts ln_counts(int values_thread, int64_t values_
 /* The combination half of cta_ln_stats, for values a thread has already reduced: its values
  * (n.nt of them) have mean base + rel and sum of squared deviations m2t (base a value near
  * them, rel a small offset, so that differences of nearby bases stay exact). The warp is
- * combined relative to lane 0's base, then the warps relative to warp 0's, in warp order. */
+ * combined relative to lane 0's base, then the warps relative to warp 0's, in warp order: lane
+ * r takes warp r's terms and butterflies add them, or (HOW = WARPS_MIXED, up to 8 warps) every
+ * thread adds the warps' terms in a loop, as cta_sum_slot. */
+template <int HOW = WARPS_LANES>
 __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, float m2t,
                                                      const LnCounts &n, float (&warp)[2][32][4],
                                                      int &round) {
@@ -595,8 +598,28 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
   __syncthreads();
   /* The CTA, relative to warp 0's reference: lane r takes warp r's terms. */
   const float ref = warp[slot][0][0];
+  ChunkStats st;
+  st.ref = ref;
+  st.n = n.ncta;
+  const int nwarps = (int)(blockDim.x >> 5);
+  if (HOW == WARPS_MIXED && nwarps <= 8) {
+    float sc = 0.f;
+    for (int r = 0; r < nwarps; ++r) {
+      const float4 q = *reinterpret_cast<const float4 *>(warp[slot][r]);
+      sc += q.w * ((q.x - ref) + q.y);
+    }
+    st.c = sc * n.inv_ncta;
+    float m2 = 0.f;
+    for (int r = 0; r < nwarps; ++r) {
+      const float4 q = *reinterpret_cast<const float4 *>(warp[slot][r]);
+      const float er = ((q.x - ref) + q.y) - st.c;
+      m2 += fmaf(q.w * er, er, q.z);
+    }
+    st.m2 = m2;
+    return st;
+  }
   float fn = 0.f, dr = 0.f, m2r = 0.f;
-  if (lane < (int)(blockDim.x >> 5)) {
+  if (lane < nwarps) {
     const float4 q = *reinterpret_cast<const float4 *>(warp[slot][lane]);
     fn = q.w;
     dr = (q.x - ref) + q.y;
@@ -604,9 +627,6 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
   }
   float sc[1] = {fn * dr};
   group_sum<32, 1>(sc);
-  ChunkStats st;
-  st.ref = ref;
-  st.n = n.ncta;
   st.c = sc[0] * n.inv_ncta;
   const float er = dr - st.c;
   float m2[1] = {fmaf(fn * er, er, m2r)};
@@ -624,7 +644,7 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
  * first pass reads it; x_again(k, e) the same value for the second pass; n holds the counts
  * (ln_counts). Returns the CTA's ChunkStats; every thread gets the same bits. Every thread of
  * the CTA calls it; `round` alternates the slot of `warp`. */
-template <int VPT, int VEC, typename X, typename X2>
+template <int VPT, int VEC, int HOW = WARPS_LANES, typename X, typename X2>
 __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const X2 &x_again,
                                                    const bool (&mine)[VPT], const LnCounts &n,
                                                    float (&warp)[2][32][4], int &round) {
@@ -647,7 +667,7 @@ __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const X2 &x_ag
   const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
   const float rel = s1 * n.inv_nt; /* the thread's mean is mt + rel */
   const float m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
-  return cta_ln_combine(mt, rel, m2t, n, warp, round);
+  return cta_ln_combine<HOW>(mt, rel, m2t, n, warp, round);
 }
 
 /* LayerNorm statistics of a row split over the csize CTAs of a cluster (csize may be 1), in one

@@ -214,7 +214,10 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
 /* How fwd_reg_kernel's CTA sums add the warps' sums (cta_sum_slot): measured best on an H200. */
 template <typename T> constexpr int kRegWarpSum = sizeof(T) == 4 ? WARPS_LANES : WARPS_MIXED;
 
-template <typename T, typename P, int VEC, int VPT>
+/* ONEBAR (tuning builds, FNORM_TUNE_FWD_REG_ONEBAR=1): LayerNorm's chunk statistics as the
+ * CTA-per-row kernel takes them (cta_ln_stats: each thread centred on its own mean, combined by
+ * Chan's update behind one barrier) instead of two sums behind two barriers. */
+template <typename T, typename P, int VEC, int VPT, bool ONEBAR = false>
 __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_vecs) {
   __shared__ RingRed red;
   int csize, crank;
@@ -228,9 +231,15 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   const P *beta = (const P *)a.beta;
   const float inv_n = count_rcp((float)a.cols);
   bool mine[VPT];
+  int nmine = 0;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k)
+  for (int k = 0; k < VPT; ++k) {
     mine[k] = threadIdx.x + (int64_t)k * blockDim.x < count;
+    nmine += mine[k];
+  }
+  [[maybe_unused]] LnCounts counts = {};
+  if constexpr (ONEBAR)
+    counts = ln_counts(nmine * VEC, count * VEC);
   Pack<T, VEC> cur[VPT], nxt[VPT];
   auto load_row = [&](Pack<T, VEC>(&dst)[VPT], int64_t row) {
     const T *src = (const T *)a.x + row * a.x_stride + v0 * VEC;
@@ -268,7 +277,15 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
     /* LayerNorm: the CTA's chunk mean mc, then the sums centred on it (two barriers inside the
      * CTA), then one exchange across the cluster (ln_cluster_stats). */
     float mc = 0.f, c = 0.f, rstd, mean_out = 0.f;
-    if (a.layernorm) {
+    if (ONEBAR && a.layernorm) {
+      const ChunkStats cs =
+          cta_ln_stats<VPT, VEC, kRegWarpSum<T>>(x_at, x_at, mine, counts, red.warp, round);
+      const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, a.eps);
+      mc = cs.ref;
+      c = st.off;
+      rstd = st.rstd;
+      mean_out = st.mean;
+    } else if (a.layernorm) {
       float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
@@ -334,9 +351,9 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   cluster_barrier(csize);
 }
 
-template <typename T, typename P, int VEC, int VPT>
+template <typename T, typename P, int VEC, int VPT, bool ONEBAR = false>
 __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
-  fwd_reg_body<T, P, VEC, VPT>(a, chunk_vecs);
+  fwd_reg_body<T, P, VEC, VPT, ONEBAR>(a, chunk_vecs);
 }
 
 /* A CTA per row (16-byte vectors, rows one CTA of up to 1024 threads holds), the row in
@@ -855,11 +872,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       constexpr int V1 = kCtaMinVpt<T>;
       void (*k)(FwdParams) = nullptr;
       if (plan.vpt == V1)
-        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread, plan.late_counts);
+        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread, plan.variant);
       else if (plan.vpt == 2 * V1)
-        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread, plan.late_counts);
+        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread, plan.variant);
       else if (plan.vpt == 4 * V1)
-        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread, plan.late_counts);
+        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread, plan.variant);
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }
@@ -876,9 +893,12 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
+    void (*k)(FwdParams, int64_t) = fwd_reg_kernel<T, P, VEC, VPT>;
+    if constexpr (kTuningBuild)
+      if (plan.variant)
+        k = fwd_reg_kernel<T, P, VEC, VPT, true>;
     if (plan.vpt == VPT)
-      return launch_kernel(fwd_reg_kernel<T, P, VEC, VPT>, plan.grid, plan.threads, 0, plan.cluster,
-                           stream, a, plan.chunk);
+      return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW) {

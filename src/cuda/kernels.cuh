@@ -82,7 +82,9 @@ struct Plan {
                        2 (tuning builds): each lane reads its slots of the stage at once */
   int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
                        kernel's registers a thread at most (40 or 48); 0 held */
-  int late_counts;  /* MODE_CTA LayerNorm (tuning builds): the counts taken after the loads */
+  int variant;      /* tuning builds, forward: 1 for the experimental form of the tier's kernel
+                       (MODE_CTA: LayerNorm's counts after the loads; MODE_REG: LayerNorm's
+                       statistics behind one barrier); 0 the release form */
   int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32
                        registers; tuning builds also 1, its own count, and 2) */
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second

@@ -111,8 +111,10 @@ struct Tuning {
                              persistent, the rest persistent CTAs (at most 16 an SM, each looping
                              over rows); 1: all persistent; 0: none */
   int fwd_warp_grid;      /* ... persistent CTAs an SM at most (16; tuning builds 1 to 256) */
-  int bwd_fast_div; /* backward from y: 0 x = (y - beta) / gamma by IEEE division; tuning builds:
-                       1 by __fdividef on 16-bit rows, 2 on all rows */
+  int bwd_fast_div;   /* backward from y: 0 x = (y - beta) / gamma by IEEE division; tuning builds:
+                         1 by __fdividef on 16-bit rows, 2 on all rows */
+  int fwd_reg_onebar; /* forward register kernel (tuning builds): 1 LayerNorm's chunk statistics
+                         behind one barrier (cta_ln_stats); 0 two sums (the release form) */
 };
 
 #ifdef FNORM_TUNING
@@ -124,7 +126,7 @@ int tune_knob(const char *name, int fallback) {
 
 Tuning tuning() {
   Tuning t = {1,  2,  512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,  0, 1,
-              32, 16, 1,   4,    1,   1,  1, 0, 4,  1, 0, 0, 2,    16, 0};
+              32, 16, 1,   4,    1,   1,  1, 0, 4,  1, 0, 0, 2,    16, 0, 0};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -157,6 +159,7 @@ Tuning tuning() {
   t.fwd_warp_threads = tune_knob("FNORM_TUNE_FWD_WARP_THREADS", t.fwd_warp_threads);
   t.fwd_warp_persist = tune_knob("FNORM_TUNE_FWD_WARP_PERSIST", t.fwd_warp_persist);
   t.fwd_warp_grid = tune_knob("FNORM_TUNE_FWD_WARP_GRID", t.fwd_warp_grid);
+  t.fwd_reg_onebar = tune_knob("FNORM_TUNE_FWD_REG_ONEBAR", t.fwd_reg_onebar);
   if (t.fwd_warp_grid < 1 || t.fwd_warp_grid > 256)
     t.fwd_warp_grid = 16;
 #endif
@@ -339,7 +342,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (ceil_div(nvec, vpt) <= 1024) {
       pl.mode = MODE_CTA;
       pl.vpt = vpt;
-      pl.late_counts = kTuningBuild && tn.fwd_cta == 2;
+      pl.variant = kTuningBuild && tn.fwd_cta == 2;
       /* reread: the kernel's register budget */
       pl.reread = !reread ? 0 : p->cols <= 4096 ? 48 : 40;
       if (kTuningBuild && reread && tn.fwd_reread_regs != 0)
@@ -378,6 +381,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (reg_fits) {
     pl.mode = MODE_REG;
     pl.vpt = vpt;
+    pl.variant = kTuningBuild && tn.fwd_reg_onebar == 1 && p->norm == FNORM_LAYERNORM;
     pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));
   } else {
     /* Rows longer than registers hold: stage the chunk in shared memory, or re-read it. */
