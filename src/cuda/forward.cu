@@ -409,8 +409,13 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
             raw[k].v[e] = from_f32<T>(0.f);
         }
       } else if constexpr (LATE) { /* packs first; widened after the counts */
-        if (mine[k])
+        if (mine[k]) {
           late[k] = load_stream<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            late[k].v[e] = from_f32<T>(0.f);
+        }
       } else {
         if (mine[k]) {
           load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
@@ -430,7 +435,7 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
         unpack_f32<T, VEC>(late[k], t);
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = mine[k] ? t[e] : 0.f;
+          v[k * VEC + e] = t[e];
       }
     }
     auto x_at = [&](int k, int e) {
