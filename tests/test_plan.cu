@@ -188,13 +188,19 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(is_pow2(pl.cluster) && pl.cluster <= 16, "backward ring: 1 to 16 CTAs a row");
     require(pl.chunk * pl.cluster >= nvec && pl.chunk * (pl.cluster - 1) < nvec,
             "backward ring: every CTA gets part of the row");
-    require(pl.vpt == kRingVpt && (int64_t)pl.threads * pl.vpt >= pl.chunk,
+    require(pl.vpt == (pl.variant ? ring_resident_vpt(vec) : kRingVpt) &&
+                (int64_t)pl.threads * pl.vpt >= pl.chunk,
             "backward ring: the chunk held by the threads");
     require(pl.threads >= 32 && pl.threads <= 512 && pl.threads % 32 == 0,
             "backward ring: 32 to 512 threads, whole warps");
-    require(pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
-                pl.smem <= (size_t)dev.max_smem_optin,
+    require(kTuningBuild || !pl.variant, "backward ring: the RESIDENT form in tuning builds only");
+    require(pl.variant || (pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
+                           pl.smem <= (size_t)dev.max_smem_optin),
             "backward ring: two stages or more that fit in shared memory");
+    require(!pl.variant ||
+                (pl.nbuf >= 1 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 + pl.chunk * vec * 4 &&
+                 pl.smem <= (size_t)dev.max_smem_optin),
+            "backward ring RESIDENT: a stage or more and gamma's fp32 chunk in shared memory");
     break;
   case TIER_ROW:
     require(pl.mode == MODE_REG && pl.vpt == bwd_reg_vpt(vec), "backward row tier: registers");

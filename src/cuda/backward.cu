@@ -523,11 +523,17 @@ __global__ void __launch_bounds__(512, 1)
  * its own vectors, instead of from global memory every row (sweep 30: the ring at 55-60% of the
  * copy there, against 81-85% for the warp tier's clusters, which read it from shared memory;
  * sweep 31: +6 to +22 points at N = 5120-8192). */
-template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false>
+/* RESIDENT (tuning builds, FNORM_TUNE_BWD_RING_RESIDENT=1; rows past the register ring's, which
+ * otherwise take the stream tier and read dy and x twice): the thread's vectors stay in the
+ * stage, read there once for the row's sums and again for dx, so VPT is 32 elements; gamma as
+ * fp32 in shared memory after the stages (before beta); the stage is refilled after the second
+ * pass, behind a barrier. */
+template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false>
 __global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int EPT = VEC * VPT;
+  constexpr int GPT = RESIDENT ? 1 : EPT; /* gamma held in registers */
   typedef Pack<T, VEC> V;
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   __shared__ RingRed red;
@@ -566,16 +572,26 @@ __global__ void __launch_bounds__(512, 1)
   const P *gamma = (const P *)a.gamma;
   const P *beta = a.from_y ? (const P *)a.beta : nullptr;
   const float inv_n = count_rcp((float)a.cols);
-  [[maybe_unused]] float *sbeta =
+  /* RESIDENT: gamma's fp32 chunk, then beta's (BETA_SMEM); else beta's alone. */
+  [[maybe_unused]] float *sgamma =
       reinterpret_cast<float *>(dyn_smem + (size_t)2 * nstages * chunk_vecs * sizeof(V));
+  [[maybe_unused]] float *sbeta = sgamma + (RESIDENT ? chunk_vecs * VEC : 0);
   bool mine[VPT];
-  float gm[EPT], acc_g[EPT], acc_b[EPT];
+  float gm[GPT], acc_g[EPT], acc_b[EPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     mine[k] = i < count;
     if (mine[k]) {
-      load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, &gm[k * VEC]);
+      if constexpr (RESIDENT) { /* read back only by this thread: no barrier */
+        float g[VEC];
+        load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          sgamma[(int64_t)i * VEC + e] = g[e];
+      } else {
+        load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, &gm[k * VEC]);
+      }
       if constexpr (BETA_SMEM) { /* read back only by this thread: no barrier */
         float bt[VEC];
         load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
@@ -583,7 +599,7 @@ __global__ void __launch_bounds__(512, 1)
         for (int e = 0; e < VEC; ++e)
           sbeta[(int64_t)i * VEC + e] = bt[e];
       }
-    } else {
+    } else if constexpr (!RESIDENT) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         gm[k * VEC + e] = 0.f;
@@ -605,74 +621,143 @@ __global__ void __launch_bounds__(512, 1)
     if (count > 0)
       mbar_wait(&full[s], phase);
     const V *sdy = ring + 2 * s * chunk_vecs, *sxy = sdy + chunk_vecs;
-    float d[EPT], xh[EPT];
-    /* Four partial sums each: short dependency chains without holding g for the whole row. */
-    float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (mine[k]) {
+    if constexpr (RESIDENT) {
+      /* dy, x (or y), gamma, beta of the thread's vector k: xhat and g = dy * gamma. */
+      auto elems = [&](int k, float *d, float *xh, float *g) {
         const int i = threadIdx.x + k * blockDim.x;
-        const V pd = sdy[i], px = sxy[i];
-        float xv[VEC], bt[VEC], g[VEC];
-        unpack_f32<T, VEC>(pd, &d[k * VEC]);
-        unpack_f32<T, VEC>(px, xv);
-        if constexpr (BETA_SMEM) {
+        float xv[VEC], gk[VEC], bt[VEC];
+        unpack_f32<T, VEC>(sdy[i], d);
+        unpack_f32<T, VEC>(sxy[i], xv);
+        load_smem_f32<VEC>(sgamma + (int64_t)i * VEC, gk);
+        if constexpr (BETA_SMEM)
           load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);
-        } else {
+        else
           load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
+        bwd_elems<VEC>(d, xv, gk, bt, mu, rs, a.from_y, xh, g);
+      };
+      float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (mine[k]) {
+          float d[VEC], xh[VEC], g[VEC];
+          elems(k, d, xh, g);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            p0[e & 3] += g[e];
+            p1[e & 3] = fmaf(g[e], xh[e], p1[e & 3]);
+          }
         }
-        bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
+      float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
+      if (!a.layernorm)
+        sums[0] = 0.f;
+      cta_sum<2>(sums, red, round);
+      if (csize > 1) {
+        const int slot =
+            cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), red, xround, csize);
+        sums[0] = sums[1] = 0.f;
+        for (int r = 0; r < csize; ++r) {
+          sums[0] += red.cta[slot][r].x;
+          sums[1] += red.cta[slot][r].y;
+        }
+      }
+      T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (!mine[k])
+          continue;
+        float d[VEC], xh[VEC], g[VEC], out[VEC];
+        elems(k, d, xh, g);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          p0[e & 3] += g[e];
-          p1[e & 3] = fmaf(g[e], xh[k * VEC + e], p1[e & 3]);
+          out[e] = rs * (g[e] - (sums[0] + xh[e] * sums[1]) * inv_n);
+          acc_g[k * VEC + e] += d[e] * xh[e];
+          acc_b[k * VEC + e] += d[e];
         }
-      } else {
+        if (dxr)
+          store_vec<T, VEC>(dxr + (int64_t)(threadIdx.x + k * blockDim.x) * VEC, out);
+      }
+      __syncthreads(); /* every thread is done with the stage */
+      if (threadIdx.x == 0 && count > 0) {
+        const int64_t next = row + (int64_t)nstages * nclusters;
+        if (next < a.rows) {
+          fence_proxy_async();
+          issue(s, next);
+        }
+      }
+      if (++s == nstages) {
+        s = 0;
+        phase ^= 1u;
+      }
+    } else {
+      float d[EPT], xh[EPT];
+      /* Four partial sums each: short dependency chains without holding g for the whole row. */
+      float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          d[k * VEC + e] = xh[k * VEC + e] = 0.f;
-      }
-    }
-    float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
-    if (!a.layernorm)
-      sums[0] = 0.f;
-    cta_sum<2>(sums, red, round);
-    if (threadIdx.x == 0 && count > 0) {
-      const int64_t next = row + (int64_t)nstages * nclusters;
-      if (next < a.rows) {
-        fence_proxy_async();
-        issue(s, next);
-      }
-    }
-    if (++s == nstages) {
-      s = 0;
-      phase ^= 1u;
-    }
-    if (csize > 1) {
-      const int slot =
-          cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), red, xround, csize);
-      sums[0] = sums[1] = 0.f;
-      for (int r = 0; r < csize; ++r) {
-        sums[0] += red.cta[slot][r].x;
-        sums[1] += red.cta[slot][r].y;
-      }
-    }
-    T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+      for (int k = 0; k < VPT; ++k) {
+        if (mine[k]) {
+          const int i = threadIdx.x + k * blockDim.x;
+          const V pd = sdy[i], px = sxy[i];
+          float xv[VEC], bt[VEC], g[VEC];
+          unpack_f32<T, VEC>(pd, &d[k * VEC]);
+          unpack_f32<T, VEC>(px, xv);
+          if constexpr (BETA_SMEM) {
+            load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);
+          } else {
+            load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
+          }
+          bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (!mine[k])
-        continue;
-      const int i = threadIdx.x + k * blockDim.x;
-      float out[VEC];
+          for (int e = 0; e < VEC; ++e) {
+            p0[e & 3] += g[e];
+            p1[e & 3] = fmaf(g[e], xh[k * VEC + e], p1[e & 3]);
+          }
+        } else {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const int j = k * VEC + e;
-        out[e] = rs * (d[j] * gm[j] - (sums[0] + xh[j] * sums[1]) * inv_n);
-        acc_g[j] += d[j] * xh[j];
-        acc_b[j] += d[j];
+          for (int e = 0; e < VEC; ++e)
+            d[k * VEC + e] = xh[k * VEC + e] = 0.f;
+        }
       }
-      if (dxr)
-        store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
+      float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
+      if (!a.layernorm)
+        sums[0] = 0.f;
+      cta_sum<2>(sums, red, round);
+      if (threadIdx.x == 0 && count > 0) {
+        const int64_t next = row + (int64_t)nstages * nclusters;
+        if (next < a.rows) {
+          fence_proxy_async();
+          issue(s, next);
+        }
+      }
+      if (++s == nstages) {
+        s = 0;
+        phase ^= 1u;
+      }
+      if (csize > 1) {
+        const int slot =
+            cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), red, xround, csize);
+        sums[0] = sums[1] = 0.f;
+        for (int r = 0; r < csize; ++r) {
+          sums[0] += red.cta[slot][r].x;
+          sums[1] += red.cta[slot][r].y;
+        }
+      }
+      T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (!mine[k])
+          continue;
+        const int i = threadIdx.x + k * blockDim.x;
+        float out[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int j = k * VEC + e;
+          out[e] = rs * (d[j] * gm[j] - (sums[0] + xh[j] * sums[1]) * inv_n);
+          acc_g[j] += d[j] * xh[j];
+          acc_b[j] += d[j];
+        }
+        if (dxr)
+          store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
+      }
     }
   }
   if (a.want_dparams)
@@ -869,7 +954,15 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       void (*k)(BwdParams, int64_t, int) = plan.param_smem
                                                ? bwd_ring_kernel<T, P, VEC, kRingVpt, true>
                                                : bwd_ring_kernel<T, P, VEC, kRingVpt, false>;
-      if (plan.vpt != kRingVpt || (plan.param_smem && !a.from_y))
+      int vpt = kRingVpt;
+      if constexpr (kTuningBuild)
+        if (plan.variant) { /* RESIDENT: rows past the register ring's */
+          constexpr int RV = ring_resident_vpt(VEC);
+          k = plan.param_smem ? bwd_ring_kernel<T, P, VEC, RV, true, true>
+                              : bwd_ring_kernel<T, P, VEC, RV, false, true>;
+          vpt = RV;
+        }
+      if (plan.vpt != vpt || (plan.param_smem && !a.from_y))
         return FNORM_ERR_UNSUPPORTED;
       /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */
       int64_t units = 0;

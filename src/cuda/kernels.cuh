@@ -82,9 +82,10 @@ struct Plan {
                        2 (tuning builds): each lane reads its slots of the stage at once */
   int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
                        kernel's registers a thread at most (40 or 48); 0 held */
-  int variant;      /* tuning builds, forward: 1 for the experimental form of the tier's kernel
-                       (MODE_CTA: LayerNorm's counts after the loads; MODE_REG: LayerNorm's
-                       statistics behind one barrier); 0 the release form */
+  int variant;      /* tuning builds: 1 for the experimental form of the tier's kernel (forward
+                       MODE_CTA: LayerNorm's counts after the loads; MODE_REG: LayerNorm's
+                       statistics behind one barrier; backward TIER_RING: RESIDENT, the row
+                       kept in the stage); 0 the release form */
   int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32
                        registers; tuning builds also 1, its own count, and 2) */
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second
@@ -119,6 +120,11 @@ constexpr int bwd_reg_vpt(int vec) {
  * measured best on an H200 (bench/tune/), against one (too little work a row for its barrier)
  * and four (16-bit accumulators spill). */
 constexpr int kRingVpt = 2;
+/* ... and in its RESIDENT form (tuning builds), which holds only the dgamma/dbeta accumulators:
+ * 32 elements. */
+constexpr int ring_resident_vpt(int vec) {
+  return 32 / vec;
+}
 /* Vectors a thread in the forward MODE_CTA kernel: kCtaMinVpt (8 elements), twice or four
  * times that. */
 template <typename T> constexpr int kCtaMinVpt = 8 * (int)sizeof(T) / 16;

@@ -115,6 +115,8 @@ struct Tuning {
                          1 by __fdividef on 16-bit rows, 2 on all rows */
   int fwd_reg_onebar; /* forward register kernel (tuning builds): 1 LayerNorm's chunk statistics
                          behind one barrier (cta_ln_stats); 0 two sums (the release form) */
+  int bwd_ring_resident; /* backward (tuning builds): 1 rows past the register ring's take its
+                            RESIDENT form (the row kept in the stage); 0 the stream tier */
 };
 
 #ifdef FNORM_TUNING
@@ -125,8 +127,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1,  2,  512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,  0, 1,
-              32, 16, 1,   4,    1,   1,  1, 0, 4,  1, 0, 0, 2,    16, 0, 0};
+  Tuning t = {1,  2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32,
+              16, 1, 4,   1,    1,   1,  0, 4, 1,  0, 0, 2, 16,   0, 0, 0};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -160,6 +162,7 @@ Tuning tuning() {
   t.fwd_warp_persist = tune_knob("FNORM_TUNE_FWD_WARP_PERSIST", t.fwd_warp_persist);
   t.fwd_warp_grid = tune_knob("FNORM_TUNE_FWD_WARP_GRID", t.fwd_warp_grid);
   t.fwd_reg_onebar = tune_knob("FNORM_TUNE_FWD_REG_ONEBAR", t.fwd_reg_onebar);
+  t.bwd_ring_resident = tune_knob("FNORM_TUNE_BWD_RING_RESIDENT", t.bwd_ring_resident);
   if (t.fwd_warp_grid < 1 || t.fwd_warp_grid > 256)
     t.fwd_warp_grid = 16;
 #endif
@@ -202,6 +205,38 @@ bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int s
   if (pl.nbuf < 2)
     return false;
   pl.smem = (size_t)(pl.nbuf * stage);
+  return true;
+}
+
+/* Tuning builds: the ring's RESIDENT form for rows past the register ring's (which take the
+ * stream tier, reading dy and x twice): the smallest power-of-two cluster, up to 16 CTAs, whose
+ * chunks take at most 512 threads of ring_resident_vpt vectors, with gamma's fp32 chunk and at
+ * least one stage of dy and x (up to `stages`) in shared memory. False when none fits. */
+bool plan_ring_resident(Plan &pl, int vec, int64_t nvec, int stages, const DeviceInfo &dev) {
+  if (dev.cc_major < 9 || nvec < 1)
+    return false;
+  const int vpt = ring_resident_vpt(vec);
+  int c = 1;
+  while (c <= 16 && ceil_div(nvec, c) > (int64_t)vpt * kMaxThreads)
+    c *= 2;
+  if (c > 16)
+    return false;
+  const int64_t chunk = ceil_div(nvec, c);
+  const int64_t stage = chunk * 2 * 16, gamma_bytes = chunk * vec * 4;
+  const int64_t nbuf =
+      min64(min64(stages, kRingMaxStages), ((int64_t)dev.max_smem_optin - gamma_bytes) / stage);
+  if (nbuf < 1)
+    return false;
+  pl = Plan{};
+  pl.vec = vec;
+  pl.tier = TIER_RING;
+  pl.variant = 1;
+  pl.cluster = c;
+  pl.chunk = chunk;
+  pl.vpt = vpt;
+  pl.threads = (int)max64(32, round_up(ceil_div(chunk, vpt), 32));
+  pl.nbuf = (int)nbuf;
+  pl.smem = (size_t)(nbuf * stage + gamma_bytes);
   return true;
 }
 
@@ -446,8 +481,10 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * better as 8 chunks of 512 than as 4 of 1024. */
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
-      plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
-                nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev)) {
+      (plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
+                 nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev) ||
+       (kTuningBuild && tn.bwd_ring_resident == 1 && !warp_fits &&
+        plan_ring_resident(pl, vec, nvec, tn.stages, dev)))) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
