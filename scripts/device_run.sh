@@ -7,7 +7,8 @@
 #   TUNE_TESTS="FNORM_TUNE_X=1;FNORM_TUNE_Y=2" SWEEP=bench/tune/sweepN.txt \
 #     scripts/device_run.sh tunebuild tunetest sweep
 # (tunetest runs the tests once for each ;-separated set of knobs, with the set's other words as
-# the tests' arguments, --quick when it has none.)
+# the tests' arguments, --quick when it has none; tunerace runs racecheck over the --quick cases
+# matching TUNE_RACE_FILTER with the knobs in TUNE_RACE_KNOBS.)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -104,6 +105,17 @@ for step in $steps; do
       note "tests rc=$?"
       tail -1 "$OUT/tunetest.log"
     done
+    ;;
+  tunerace)
+    # racecheck of the tuning build's --quick cases matching TUNE_RACE_FILTER under the knobs
+    # in TUNE_RACE_KNOBS (space-separated FNORM_TUNE_X=V words)
+    note "racecheck --filter '${TUNE_RACE_FILTER:-}' with ${TUNE_RACE_KNOBS:-}"
+    # shellcheck disable=SC2086 # the knobs are words
+    env ${TUNE_RACE_KNOBS:-} timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool racecheck \
+      --error-exitcode 9 "${TUNE_BUILD:-build-tune}/tests/fnorm_tests" --quick \
+      --filter "${TUNE_RACE_FILTER:-}" >>"$OUT/tune_racecheck.log" 2>&1
+    note "racecheck rc=$?"
+    tail -3 "$OUT/tune_racecheck.log"
     ;;
   sweep)
     note "sweep ${SWEEP:-(none)}"
