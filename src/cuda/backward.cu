@@ -625,9 +625,10 @@ __global__ void __launch_bounds__(512, 1)
       /* dy, x (or y), gamma, beta of the thread's vector k: xhat and g = dy * gamma. */
       auto elems = [&](int k, float *d, float *xh, float *g) {
         const int i = threadIdx.x + k * blockDim.x;
+        const V pd = sdy[i], px = sxy[i]; /* one access each */
         float xv[VEC], gk[VEC], bt[VEC];
-        unpack_f32<T, VEC>(sdy[i], d);
-        unpack_f32<T, VEC>(sxy[i], xv);
+        unpack_f32<T, VEC>(pd, d);
+        unpack_f32<T, VEC>(px, xv);
         load_smem_f32<VEC>(sgamma + (int64_t)i * VEC, gk);
         if constexpr (BETA_SMEM)
           load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);
