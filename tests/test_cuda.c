@@ -153,6 +153,10 @@ enum { ONE_WARP_ROWS = 10240 };
 /* Rows from which fp32 backward rows past 8 warps go over a cluster of 8-warp CTAs (sm_90). */
 enum { CLUSTER_TIER_ROWS = 4096 };
 
+/* Rows from which 16-bit backward rows past the register ring's take its RESIDENT form (sm_90,
+ * from x; a row an SM): 160 SMs' worth. */
+enum { RESIDENT_TIER_ROWS = 160 };
+
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
  * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */
 static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
@@ -163,7 +167,7 @@ static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
   return tcase_rows_for(n, budget, max_rows);
 }
 
-/* A forward case shape: dtype pair (index into combos), norm (into norms), row length. */
+/* A case shape: dtype pair (index into combos), norm (into norms), row length. */
 typedef struct {
   int combo, norm;
   int64_t cols;
@@ -248,6 +252,21 @@ static void cuda_sizes(void) {
         c.gamma = c.beta = 0;
         gpu_case("cuda", &c);
       }
+    }
+  }
+  /* 16-bit backward rows past the register ring's (more than 16384 16-byte vectors) with
+   * RESIDENT_TIER_ROWS rows: the ring's RESIDENT form on sm_90 from x (from y, and elsewhere,
+   * the stream tier), every dtype pair; 131080 leaves the last of 16 CTAs a shorter chunk. Not
+   * under --quick (too few rows; racecheck ran the same kernel forced on at 2-16 rows in a
+   * tuning build): --filter 'M=160 ' picks them. */
+  if (!g_opt.quick) {
+    static const fwd_shape resident[] = {
+        {3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080}, {2, 0, 131080}};
+    for (s = 0; s < 4; s++) {
+      tcase c = tcase_default(norms[resident[s].norm], combos[resident[s].combo].dtype,
+                              combos[resident[s].combo].param_dtype, RESIDENT_TIER_ROWS,
+                              resident[s].cols);
+      gpu_case("cuda", &c);
     }
   }
   if (!g_opt.quick) {

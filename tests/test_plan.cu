@@ -71,7 +71,10 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "forward: the plan's width is the one asked for");
-  require(kTuningBuild || !pl.variant, "forward: release builds use the release kernels' forms");
+  require(kTuningBuild || !pl.variant ||
+              (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
+               p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
+          "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads");
   if (pl.tier == TIER_WARP) {
     require(pl.group == 4 || pl.group == 8 || pl.group == 16 || pl.group == 32,
             "forward warp tier: 4 to 32 lanes a row");
@@ -87,8 +90,11 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "from 64 rows an SM");
     require(pl.grid >= 1 && pl.grid <= cdiv(p.rows, pl.threads / pl.group),
             "forward warp tier: 1 CTA to one a row group");
-    require(pl.threads == 32 || kTuningBuild || pl.grid <= 16 * (int64_t)dev.sm_count,
-            "forward warp tier: persistent 256-thread CTAs, at most 16 an SM");
+    require(pl.threads == 32 || kTuningBuild ||
+                pl.grid <= (p.norm == FNORM_LAYERNORM && pl.group * pl.vpt >= 64 ? 32 : 48) *
+                               (int64_t)dev.sm_count,
+            "forward warp tier: persistent 256-thread CTAs, at most 48 an SM (LayerNorm rows "
+            "of 64 vectors or more: 32)");
     require(!pl.staged || (wide && pl.vpt <= 4), "forward staged rows: 16-byte, <= 4 vectors");
     require(!pl.staged || pl.threads == 256, "forward staged rows: persistent CTAs");
     require(!pl.param_smem || wide, "forward warp tier: gamma/beta in shared memory: 16-byte");
@@ -193,7 +199,11 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
             "backward ring: the chunk held by the threads");
     require(pl.threads >= 32 && pl.threads <= 512 && pl.threads % 32 == 0,
             "backward ring: 32 to 512 threads, whole warps");
-    require(kTuningBuild || !pl.variant, "backward ring: the RESIDENT form in tuning builds only");
+    require(kTuningBuild || !pl.variant ||
+                (p.dtype != FNORM_DTYPE_F32 && p.rows >= dev.sm_count &&
+                 nvec > (int64_t)16 * 512 * kRingVpt),
+            "backward ring: the RESIDENT form for 16-bit rows past the register ring's, a row "
+            "an SM or more");
     require(pl.variant || (pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
                            pl.smem <= (size_t)dev.max_smem_optin),
             "backward ring: two stages or more that fit in shared memory");
@@ -246,19 +256,23 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
       if (dir == 0)
         check_forward(plan_forward(&p, vecs[v], d.info), p, vecs[v], d.info);
       else
-        check_backward(plan_backward(&p, vecs[v], d.info), p, vecs[v], d.info);
+        check_backward(plan_backward(&p, vecs[v], d.info, false), p, vecs[v], d.info);
       if (dir == 1 && !g_why[0]) { /* and from y */
-        Plan pl = plan_backward(&p, vecs[v], d.info);
+        Plan pl = plan_backward(&p, vecs[v], d.info, true);
+        check_backward(pl, p, vecs[v], d.info);
         plan_backward_from_y(pl, &p, true, d.info);
         require(!pl.param_smem || pl.tier != TIER_RING || p.norm == FNORM_LAYERNORM,
                 "backward ring from y: beta in shared memory only for LayerNorm");
         require(pl.tier != TIER_RING || pl.smem <= (size_t)d.info.max_smem_optin,
                 "backward ring from y: stages and beta fit in shared memory");
         require(pl.tier != TIER_RING || !pl.param_smem ||
-                    pl.smem ==
-                        plan_backward(&p, vecs[v], d.info).smem + (size_t)pl.chunk * pl.vec * 4,
+                    pl.smem == plan_backward(&p, vecs[v], d.info, true).smem +
+                                   (size_t)pl.chunk * pl.vec * 4,
                 "backward ring from y: beta's fp32 chunk after the stages");
-        require(kTuningBuild || !pl.fast_div, "backward from y: IEEE division in release builds");
+        require(kTuningBuild || pl.fast_div == (pair.bytes == 2),
+                "backward from y: __fdividef on 16-bit rows, IEEE division on fp32 rows");
+        require(kTuningBuild || pl.tier != TIER_RING || !pl.variant,
+                "backward from y: not the ring's RESIDENT form");
       }
       if (!g_why[0]) {
         ++g_passed;
@@ -312,18 +326,18 @@ void check_choices() {
       const fnorm_norm norm = nm ? RMS : LN;
       const int64_t rows = ((int64_t)1 << 27) / cl_cols[i];
       fnorm_problem p = problem(F32, norm, rows, cl_cols[i]);
-      Plan pl = plan_backward(&p, 4, h200.info);
+      Plan pl = plan_backward(&p, 4, h200.info, false);
       expect(h200, F32, norm, rows, cl_cols[i], true,
              pl.tier == TIER_WARP && pl.group == 256 && pl.cluster == cl_size[i],
              "the 8-warp rows over a cluster");
-      pl = plan_backward(&p, 4, a100.info);
+      pl = plan_backward(&p, 4, a100.info, false);
       expect(a100, F32, norm, rows, cl_cols[i], true, pl.tier != TIER_WARP, "no warp-tier row");
       p.rows = 2048; /* few rows: the ring (sweep 30) */
-      pl = plan_backward(&p, 4, h200.info);
+      pl = plan_backward(&p, 4, h200.info, false);
       expect(h200, F32, norm, 2048, cl_cols[i], true, pl.tier == TIER_RING, "the ring");
       p.rows = rows;
       p = problem(BF16, norm, rows, cl_cols[i]);
-      pl = plan_backward(&p, 8, h200.info);
+      pl = plan_backward(&p, 8, h200.info, false);
       expect(h200, BF16, norm, rows, cl_cols[i], true, pl.tier == TIER_RING, "the ring");
     }
   /* The finalize: 16 columns a block at N = 1024, 32 from 4096 on (sweep 32). */
@@ -331,11 +345,11 @@ void check_choices() {
   for (int i = 0; i < 2; ++i) {
     fnorm_problem q = problem(FNORM_DTYPE_F16, LN, 4096, fin_cols[i]);
     expect(h200, FNORM_DTYPE_F16, LN, 4096, fin_cols[i], true,
-           plan_backward(&q, 8, h200.info).fin_cols == (i == 0 ? 16 : 32),
+           plan_backward(&q, 8, h200.info, false).fin_cols == (i == 0 ? 16 : 32),
            i == 0 ? "a finalize of 16 columns a block" : "a finalize of 32 columns a block");
   }
   fnorm_problem p = problem(F32, LN, 2048, 65536);
-  expect(h200, F32, LN, 2048, 65536, true, plan_backward(&p, 4, h200.info).tier == TIER_RING,
+  expect(h200, F32, LN, 2048, 65536, true, plan_backward(&p, 4, h200.info, false).tier == TIER_RING,
          "the ring");
   /* Forward warp tier: one-warp CTAs, not persistent, for fp32 rows and 16-bit rows of a
    * warp (sweep 34); the rest persistent, staged with rows enough, gamma/beta from shared
@@ -365,6 +379,73 @@ void check_choices() {
         expect(h200, dtype, norm, 4096, fcols[i], false,
                plan_forward(&p, vec, h200.info).threads == 256, "persistent 256-thread CTAs");
       }
+  /* Forward warp tier's persistent grid: 48 CTAs an SM, 32 for LayerNorm rows of 64 vectors
+   * (sweeps 41-42). */
+  const int64_t gcols[] = {64, 256, 384, 512};
+  for (int i = 0; i < 4; ++i)
+    for (int nm = 0; nm < 2; ++nm) {
+      const fnorm_norm norm = nm ? RMS : LN;
+      const int64_t rows = ((int64_t)1 << 27) / gcols[i];
+      p = problem(BF16, norm, rows, gcols[i]);
+      const int cap = norm == LN && gcols[i] == 512 ? 32 : 48;
+      const Plan pl = plan_forward(&p, 8, h200.info);
+      expect(h200, BF16, norm, rows, gcols[i], false,
+             pl.tier == TIER_WARP && pl.threads == 256 && pl.grid == cap * h200.info.sm_count,
+             cap == 32 ? "32 persistent CTAs an SM" : "48 persistent CTAs an SM");
+    }
+  /* Forward: 16-bit RMSNorm rows past 20480 on the register kernel, LayerNorm's and shorter
+   * ones on the CTA-per-row kernel (sweeps 41-42). */
+  const int64_t ccols[] = {16384, 20480, 24576, 32768};
+  for (int i = 0; i < 4; ++i)
+    for (int nm = 0; nm < 2; ++nm) {
+      const fnorm_norm norm = nm ? RMS : LN;
+      const int64_t rows = ((int64_t)1 << 27) / ccols[i];
+      p = problem(BF16, norm, rows, ccols[i]);
+      const bool reg = norm == RMS && ccols[i] > 20480;
+      expect(h200, BF16, norm, rows, ccols[i], false,
+             plan_forward(&p, 8, h200.info).mode == (reg ? MODE_REG : MODE_CTA),
+             reg ? "the register kernel" : "the CTA-per-row kernel");
+    }
+  /* Forward register kernel: fp32 LayerNorm's statistics behind one barrier in CTAs of more
+   * than 256 threads (sweeps 41-42), not in smaller ones (64 rows of 65536), not 16-bit. */
+  {
+    p = problem(F32, LN, 2048, 65536);
+    Plan pl = plan_forward(&p, 4, h200.info);
+    expect(h200, F32, LN, 2048, 65536, false, pl.mode == MODE_REG && pl.variant == 1,
+           "one barrier's statistics");
+    p = problem(F32, LN, 512, 262144);
+    pl = plan_forward(&p, 4, h200.info);
+    expect(h200, F32, LN, 512, 262144, false, pl.mode == MODE_REG && pl.variant == 1,
+           "one barrier's statistics");
+    p = problem(F32, LN, 64, 65536);
+    pl = plan_forward(&p, 4, h200.info);
+    expect(h200, F32, LN, 64, 65536, false, pl.mode == MODE_REG && pl.variant == 0,
+           "two barriers' statistics");
+    p = problem(BF16, LN, 2048, 65536);
+    pl = plan_forward(&p, 8, h200.info);
+    expect(h200, BF16, LN, 2048, 65536, false, pl.mode == MODE_REG && pl.variant == 0,
+           "two barriers' statistics");
+  }
+  /* Backward: 16-bit rows past the register ring, from x, a row an SM or more: the ring's
+   * RESIDENT form; fp32, from y, or 64 rows: the stream tier (sweeps 41-42). */
+  const int64_t scols[] = {196608, 262144};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t rows = ((int64_t)1 << 27) / scols[i];
+    p = problem(BF16, LN, rows, scols[i]);
+    Plan pl = plan_backward(&p, 8, h200.info, false);
+    expect(h200, BF16, LN, rows, scols[i], true, pl.tier == TIER_RING && pl.variant == 1,
+           "the ring's RESIDENT form");
+    expect(h200, BF16, LN, rows, scols[i], true,
+           plan_backward(&p, 8, h200.info, true).tier == TIER_STREAM, "from y: the stream tier");
+    expect(h200, BF16, LN, rows, scols[i], true,
+           plan_backward(&p, 8, a100.info, false).tier == TIER_STREAM, "sm_80: the stream tier");
+    p.rows = 64;
+    expect(h200, BF16, LN, 64, scols[i], true,
+           plan_backward(&p, 8, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    p = problem(F32, LN, rows, scols[i]);
+    expect(h200, F32, LN, rows, scols[i], true,
+           plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+  }
   /* Forward CTA-per-row kernel: x read again for y on fp32 RMSNorm rows of 2048-8192 (sweep
    * 35), in 48 registers up to 4096, 40 beyond; not at 16384, not LayerNorm, not 16-bit. */
   const int64_t rcols[] = {2048, 4096, 5120, 8192, 16384};

@@ -22,7 +22,9 @@
  *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
  *                    streamed through a ring of shared-memory stages by bulk copies, the
  *                    accumulators in registers (one partial per cluster); LayerNorm from y
- *                    reads beta from shared memory.
+ *                    reads beta from shared memory. Its RESIDENT form takes 16-bit rows past
+ *                    those (up to 16 * 512 * 4 vectors, N = 262144), from x, each CTA's
+ *                    chunk of dy and x kept in the stage and read there twice.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
@@ -42,10 +44,12 @@ __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, cons
                                           const float *bt, float mu, float rs, int from_y,
                                           float *xh, float *g) {
   /* Two loops behind one uniform branch: a select inside one loop would have the compiler
-   * evaluate the division on every element of the common (x) path too. from_y 2 (tuning
-   * builds, FNORM_TUNE_BWD_FAST_DIV): __fdividef, a reciprocal and a product (2 ulp), where
-   * the IEEE division adds a check and a slow-path branch to every element. */
-  if (kTuningBuild && from_y == 2) {
+   * evaluate the division on every element of the common (x) path too. from_y 2 (16-bit rows):
+   * __fdividef, a reciprocal and a product (2 ulp, far below y's own rounding to 8 or 11 bits),
+   * where the IEEE division adds a check and a slow-path branch to every element; sweep 41
+   * (H200, 2^27 elements): 16-bit from y +3 to +14 points (N = 1024-32768), fp32 0 to +3, which
+   * keeps the exact division. */
+  if (from_y == 2) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       xh[e] = __fdividef(xy[e] - bt[e], gm[e]);
@@ -523,11 +527,13 @@ __global__ void __launch_bounds__(512, 1)
  * its own vectors, instead of from global memory every row (sweep 30: the ring at 55-60% of the
  * copy there, against 81-85% for the warp tier's clusters, which read it from shared memory;
  * sweep 31: +6 to +22 points at N = 5120-8192). */
-/* RESIDENT (tuning builds, FNORM_TUNE_BWD_RING_RESIDENT=1; rows past the register ring's, which
- * otherwise take the stream tier and read dy and x twice): the thread's vectors stay in the
- * stage, read there once for the row's sums and again for dx, so VPT is 32 elements; gamma as
- * fp32 in shared memory after the stages (before beta); the stage is refilled after the second
- * pass, behind a barrier. */
+/* RESIDENT (16-bit rows past the register ring's, from x, with a row an SM or more; otherwise
+ * they take the stream tier, which reads dy and x twice from memory): the thread's vectors stay
+ * in the stage, read there once for the row's sums and again for dx, so VPT is 32 elements;
+ * gamma as fp32 in shared memory after the stages (before beta); the stage is refilled after
+ * the second pass, behind a barrier. Sweeps 41-42 (H200, 2^27 elements): 16-bit N = 196608 and
+ * 262144 +6 to +9 points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3.5 to -12, 64
+ * rows -6. Tuning builds have it for all dtypes and from y (FNORM_TUNE_BWD_RING_RESIDENT=2). */
 template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false>
 __global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
@@ -956,13 +962,18 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                                                ? bwd_ring_kernel<T, P, VEC, kRingVpt, true>
                                                : bwd_ring_kernel<T, P, VEC, kRingVpt, false>;
       int vpt = kRingVpt;
-      if constexpr (kTuningBuild)
-        if (plan.variant) { /* RESIDENT: rows past the register ring's */
-          constexpr int RV = ring_resident_vpt(VEC);
+      if (plan.variant) { /* RESIDENT: rows past the register ring's, planned on 16-bit ones */
+        constexpr int RV = ring_resident_vpt(VEC);
+        k = nullptr;
+        vpt = RV;
+        if constexpr (kTuningBuild) /* (and from y, with beta from shared memory) */
           k = plan.param_smem ? bwd_ring_kernel<T, P, VEC, RV, true, true>
                               : bwd_ring_kernel<T, P, VEC, RV, false, true>;
-          vpt = RV;
-        }
+        else if constexpr (sizeof(T) == 2)
+          k = plan.param_smem ? nullptr : bwd_ring_kernel<T, P, VEC, RV, false, true>;
+      }
+      if (!k)
+        return FNORM_ERR_UNSUPPORTED;
       if (plan.vpt != vpt || (plan.param_smem && !a.from_y))
         return FNORM_ERR_UNSUPPORTED;
       /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */

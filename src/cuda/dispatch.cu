@@ -120,7 +120,7 @@ extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_
   const void *row_ptrs[3] = {a->dy, xy, a->dx};
   const int64_t strides[3] = {p->dy_stride, xy_stride, p->dx_stride};
   const void *params[2] = {a->gamma, from_y ? a->beta : nullptr};
-  Plan plan = plan_backward(p, choose_vec(p, row_ptrs, strides, 3, params, 2), dev);
+  Plan plan = plan_backward(p, choose_vec(p, row_ptrs, strides, 3, params, 2), dev, from_y);
   if (from_y)
     plan_backward_from_y(plan, p, a->beta != nullptr, dev);
   if (plan.ws_bytes > workspace_bytes)

@@ -53,21 +53,16 @@ __device__ __forceinline__ void store_row_stats(const FwdParams &a, int64_t row,
 /* STAGED (16-byte vectors, chosen by plan_forward): each lane copies its own vectors of its next
  * row into shared memory with cp.async while it works on this one, as bwd_warp_kernel does (no
  * barrier: a lane reads back only its own copies), so two rows' loads are in flight a warp.
- * BATCH (tuning builds, FNORM_TUNE_FWD_STAGED=2): the lane reads all its slots of the stage at
- * once and masks the ones its row does not fill (they hold stale data), where the per-vector
- * conditional reads compile to a branch around each shared-memory load, the loads' latencies
- * one after another.
  * PARAM_SMEM (16-byte rows; planned on staged fp32 and 16-bit LayerNorm rows, sweep 29; on the
  * other 16-byte rows in tuning builds only): gamma and beta as fp32 in shared memory after the
  * stages, filled once a CTA, as the backward warp tier reads them. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false,
-          bool PARAM_SMEM = false, bool BATCH = false>
+          bool PARAM_SMEM = false>
 __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int ROWS_PER_WARP = 32 / GROUP;
   static_assert(!STAGED || VEC * sizeof(T) == 16, "staging copies 16-byte vectors");
   static_assert(!PARAM_SMEM || VEC % 4 == 0, "parameters from shared memory: 16-byte rows");
-  static_assert(!BATCH || STAGED, "batched reads of the stage: staged rows");
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   /* STAGED: stage s, vector k of thread t at (s * VPT + k) * blockDim.x + t. */
   Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
@@ -115,23 +110,8 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       cp_async_wait(1); /* this row's group has landed */
     }
     float v[EPT];
-    if constexpr (BATCH) {
-      Pack<T, VEC> pk[VPT];
 #pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        pk[k] = *slot(stg, k);
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const bool ok = row_ok && ((int64_t)k * GROUP + lane) * VEC < a.cols;
-        float t[VEC];
-        unpack_f32<T, VEC>(pk[k], t);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = ok ? t[e] : 0.f;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < (BATCH ? 0 : VPT); ++k) {
+    for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
       if (row_ok && col < a.cols) {
         if constexpr (STAGED) {
@@ -214,9 +194,10 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
 /* How fwd_reg_kernel's CTA sums add the warps' sums (cta_sum_slot): measured best on an H200. */
 template <typename T> constexpr int kRegWarpSum = sizeof(T) == 4 ? WARPS_LANES : WARPS_MIXED;
 
-/* ONEBAR (tuning builds, FNORM_TUNE_FWD_REG_ONEBAR=1): LayerNorm's chunk statistics as the
- * CTA-per-row kernel takes them (cta_ln_stats: each thread centred on its own mean, combined by
- * Chan's update behind one barrier) instead of two sums behind two barriers. */
+/* ONEBAR (planned on fp32 LayerNorm rows in CTAs of more than 256 threads; sweeps 41-42): the
+ * chunk statistics as the CTA-per-row kernel takes them (cta_ln_stats: each thread centred on
+ * its own mean, combined by Chan's update behind one barrier) instead of two sums behind two
+ * barriers. */
 template <typename T, typename P, int VEC, int VPT, bool ONEBAR = false>
 __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_vecs) {
   __shared__ RingRed red;
@@ -366,10 +347,9 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
 /* REREAD: the thread keeps its vectors as loaded (16-bit ones take half the registers of
  * floats) only until the statistics are known, and reads them again for y, from L2 (the first
  * read marks them evict-last, the second evict-first): fewer registers, more resident CTAs.
- * LATE (tuning builds, FNORM_TUNE_FWD_CTA=2): LayerNorm's counts (a warp's shuffles and three
- * reciprocals) taken after the row's loads are issued, not before them: a CTA has one row, so
- * they otherwise delay every row's loads. */
-template <typename T, typename P, int VEC, int VPT, bool LN, bool REREAD, bool LATE = false>
+ * (LayerNorm's counts taken after the row's loads instead of before them were 1.8 points
+ * slower to 2.5 faster, by dtype: sweep 41.) */
+template <typename T, typename P, int VEC, int VPT, bool LN, bool REREAD>
 __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   __shared__ __align__(16) float warp[2][32][4];
   const int64_t nvec = a.cols / VEC;
@@ -380,10 +360,7 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
     mine[k] = threadIdx.x + k * blockDim.x < nvec;
     nmine += mine[k];
   }
-  static_assert(!(REREAD && LATE), "the late counts' form holds the row");
-  LnCounts counts = {};
-  if constexpr (!LATE)
-    counts = ln_counts(nmine * VEC, nvec * VEC);
+  const LnCounts counts = ln_counts(nmine * VEC, nvec * VEC);
   const float inv_n = count_rcp((float)a.cols);
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
@@ -397,7 +374,7 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
     const T *xr = (const T *)a.x + row * a.x_stride;
     /* The row's values: as floats (v), or as loaded (raw, REREAD); zero where not mine. */
     float v[REREAD ? 1 : VPT * VEC];
-    Pack<T, VEC> raw[REREAD ? VPT : 1], late[LATE ? VPT : 1];
+    Pack<T, VEC> raw[REREAD ? VPT : 1];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if constexpr (REREAD) {
@@ -408,14 +385,6 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
           for (int e = 0; e < VEC; ++e)
             raw[k].v[e] = from_f32<T>(0.f);
         }
-      } else if constexpr (LATE) { /* packs first; widened after the counts */
-        if (mine[k]) {
-          late[k] = load_stream<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC);
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            late[k].v[e] = from_f32<T>(0.f);
-        }
       } else {
         if (mine[k]) {
           load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
@@ -424,18 +393,6 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
           for (int e = 0; e < VEC; ++e)
             v[k * VEC + e] = 0.f;
         }
-      }
-    }
-    if constexpr (LATE) {
-      if constexpr (LN)
-        counts = ln_counts(nmine * VEC, nvec * VEC);
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        float t[VEC];
-        unpack_f32<T, VEC>(late[k], t);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          v[k * VEC + e] = t[e];
       }
     }
     auto x_at = [&](int k, int e) {
@@ -503,9 +460,9 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   }
 }
 
-template <typename T, typename P, int VEC, int VPT, bool LN, bool LATE = false>
+template <typename T, typename P, int VEC, int VPT, bool LN>
 __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
-  fwd_cta_body<T, P, VEC, VPT, LN, false, LATE>(a);
+  fwd_cta_body<T, P, VEC, VPT, LN, false>(a);
 }
 
 /* The REREAD form at no more than REGS registers a thread (40: three CTAs of 512 threads an
@@ -757,25 +714,24 @@ __global__ void __launch_bounds__(512, MINB)
 
 /* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none); PSM:
  * the experimental form with gamma/beta in shared memory (tuning builds only). */
-template <typename T, typename P, int VEC, int VPT, bool STAGED, bool PSM = false,
-          bool BATCH = false>
+template <typename T, typename P, int VEC, int VPT, bool STAGED, bool PSM = false>
 static void (*fwd_warp_group(int group))(FwdParams) {
   switch (group) {
   case 32:
-    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED, PSM, BATCH>;
+    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED, PSM>;
   case 16:
-    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED, PSM, BATCH>;
+    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED, PSM>;
   case 8:
-    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED, PSM, BATCH>;
+    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED, PSM>;
   case 4:
-    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED, PSM, BATCH>;
+    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED, PSM>;
   default:
     return nullptr;
   }
 }
 
 /* The warp tier's kernel for the plan's lanes a row and vectors a lane (nullptr if none). */
-template <typename T, typename P, int VEC, bool STAGED, bool PSM = false, bool BATCH = false>
+template <typename T, typename P, int VEC, bool STAGED, bool PSM = false>
 static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
   if (plan.vpt == 8 && plan.group == 32) {
     if constexpr (!STAGED) /* plan_forward stages up to 4 vectors a lane */
@@ -783,10 +739,10 @@ static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
     return nullptr;
   }
   if (plan.vpt == 4)
-    return fwd_warp_group<T, P, VEC, 4, STAGED, PSM, BATCH>(plan.group);
+    return fwd_warp_group<T, P, VEC, 4, STAGED, PSM>(plan.group);
   if constexpr (VEC > 1) {
     if (plan.vpt == 3)
-      return fwd_warp_group<T, P, VEC, 3, STAGED, PSM, BATCH>(plan.group);
+      return fwd_warp_group<T, P, VEC, 3, STAGED, PSM>(plan.group);
   }
   return nullptr;
 }
@@ -805,14 +761,10 @@ static void (*fwd_cta_reread_pick(int regs))(FwdParams) {
 }
 
 /* The CTA-per-row kernel for the norm; reread: 0, or the register budget of the form that reads
- * x again for y; late (tuning builds): LayerNorm's counts after the loads (LATE). Release builds
- * have the reread forms plan_forward asks for (fp32 RMSNorm, 16 elements a thread), tuning builds
- * all (nullptr if none). */
+ * x again for y. Release builds have the reread forms plan_forward asks for (fp32 RMSNorm, 16
+ * elements a thread), tuning builds all (nullptr if none). */
 template <typename T, typename P, int VEC, int VPT>
-static void (*fwd_cta_pick(bool ln, int reread, bool late))(FwdParams) {
-  if constexpr (kTuningBuild)
-    if (!reread && ln && late)
-      return fwd_cta_kernel<T, P, VEC, VPT, true, true>;
+static void (*fwd_cta_pick(bool ln, int reread))(FwdParams) {
   if (!reread)
     return ln ? fwd_cta_kernel<T, P, VEC, VPT, true> : fwd_cta_kernel<T, P, VEC, VPT, false>;
   if constexpr (kTuningBuild)
@@ -856,10 +808,6 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     if constexpr (VEC * sizeof(T) == 16) {
       if (plan.staged) { /* two stages of vpt 16-byte vectors a thread */
         k = psm ? fwd_warp_pick<T, P, VEC, true, true>(plan) : fwd_warp_pick<T, P, VEC, true>(plan);
-        if constexpr (kTuningBuild) /* staged 2: the stage's slots read at once (BATCH) */
-          if (plan.staged == 2)
-            k = psm ? fwd_warp_pick<T, P, VEC, true, true, true>(plan)
-                    : fwd_warp_pick<T, P, VEC, true, false, true>(plan);
         smem = (size_t)2 * plan.vpt * plan.threads * 16;
       }
       if constexpr (kTuningBuild)
@@ -877,11 +825,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       constexpr int V1 = kCtaMinVpt<T>;
       void (*k)(FwdParams) = nullptr;
       if (plan.vpt == V1)
-        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread, plan.variant);
+        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread);
       else if (plan.vpt == 2 * V1)
-        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread, plan.variant);
+        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread);
       else if (plan.vpt == 4 * V1)
-        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread, plan.variant);
+        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread);
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }
@@ -899,10 +847,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
     void (*k)(FwdParams, int64_t) = fwd_reg_kernel<T, P, VEC, VPT>;
-    if constexpr (kTuningBuild)
-      if (plan.variant)
-        k = fwd_reg_kernel<T, P, VEC, VPT, true>;
-    if (plan.vpt == VPT)
+    /* ONEBAR: planned on fp32 LayerNorm rows (tuning builds: on all LayerNorm rows). */
+    if (plan.variant) {
+      k = nullptr;
+      if constexpr (sizeof(T) == 4 || kTuningBuild)
+        if (a.layernorm)
+          k = fwd_reg_kernel<T, P, VEC, VPT, true>;
+    }
+    if (k && plan.vpt == VPT)
       return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
     return FNORM_ERR_UNSUPPORTED;
   }

@@ -32,7 +32,7 @@ struct BwdParams {
   void *dx; /* NULL: not written */
   int64_t rows, cols, dy_stride, xy_stride, dx_stride;
   int layernorm;
-  int from_y;       /* 1: x recomputed from y; 2 (tuning builds): by __fdividef */
+  int from_y;       /* 1: x recomputed from y by IEEE division; 2: by __fdividef */
   int want_dparams; /* dgamma or dbeta requested */
   /* dgamma/dbeta partials in the workspace: [nparts][cols] for gamma, then the same for beta */
   float *partial;
@@ -78,20 +78,18 @@ struct Plan {
                        cluster * cluster_rows CTAs) */
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
   int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
-  int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async);
-                       2 (tuning builds): each lane reads its slots of the stage at once */
+  int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
                        kernel's registers a thread at most (40 or 48); 0 held */
-  int variant;      /* tuning builds: 1 for the experimental form of the tier's kernel (forward
-                       MODE_CTA: LayerNorm's counts after the loads; MODE_REG: LayerNorm's
+  int variant;      /* 1 for the second form of the tier's kernel (forward MODE_REG: LayerNorm's
                        statistics behind one barrier; backward TIER_RING: RESIDENT, the row
-                       kept in the stage); 0 the release form */
+                       kept in the stage); 0 the first */
   int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32
                        registers; tuning builds also 1, its own count, and 2) */
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second
                        evict-first */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
-  int fast_div;     /* backward from y (tuning builds): x recomputed by __fdividef */
+  int fast_div;     /* backward from y: x recomputed by __fdividef (else IEEE division) */
   int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
                        staged rows); TIER_RING (from y): beta */
   int threads;      /* CTA size */
@@ -120,7 +118,7 @@ constexpr int bwd_reg_vpt(int vec) {
  * measured best on an H200 (bench/tune/), against one (too little work a row for its barrier)
  * and four (16-bit accumulators spill). */
 constexpr int kRingVpt = 2;
-/* ... and in its RESIDENT form (tuning builds), which holds only the dgamma/dbeta accumulators:
+/* ... and in its RESIDENT form, which holds only the dgamma/dbeta accumulators:
  * 32 elements. */
 constexpr int ring_resident_vpt(int vec) {
   return 32 / vec;
@@ -139,7 +137,8 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
  * where every pointer and stride allows 16-byte access and the row length is a multiple of it,
  * else 1. backward_workspace_bytes is the workspace query's answer, for either width. */
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev);
-Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev);
+/* from_y: the backward is given y, not x (plan_backward_from_y then completes the plan). */
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y);
 /* The backward from y: the ring then keeps LayerNorm's beta (when given) in shared memory
  * where it fits (param_smem). */
 void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const DeviceInfo &dev);

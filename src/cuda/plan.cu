@@ -83,12 +83,10 @@ struct Tuning {
   int bwd_ring_beta;    /* backward ring from y: 1 beta from shared memory where it fits, 0 never */
   int bwd_fin_cols;     /* dgamma/dbeta finalize: columns a block, 16 or 32; 0: 16 for rows
                            shorter than 8 columns an SM, else 32 */
-  int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never; 2
-                           (tuning builds) as 1, LayerNorm's counts after the row's loads */
+  int fwd_cta;          /* forward: 1 to use the CTA-per-row kernel where it fits, 0 never */
   int fwd_ept;         /* forward CTA-per-row kernel: elements a thread, preferably (8, 16 or 32) */
   int fwd_ept_ln32;    /* the same for fp32 LayerNorm rows of up to 4096 elements */
-  int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never;
-                          2 (tuning builds) as 1, each lane reading its slots at once */
+  int fwd_staged;      /* forward warp tier: 1 to stage rows a row ahead where it pays, 0 never */
   int fwd_staged_rows; /* ... when each warp of a full grid gets at least this many rows */
   int fwd_stream;      /* forward streaming kernel (MODE_STREAM): 1 for fp32 rows past the register
                           kernel's, 2 for all dtypes' rows past it, 3 also for its cluster rows, 0
@@ -110,13 +108,16 @@ struct Tuning {
   int fwd_warp_persist;   /* ... 2: 16-byte rows of a warp and fp32 rows take one-warp CTAs, not
                              persistent, the rest persistent CTAs (at most 16 an SM, each looping
                              over rows); 1: all persistent; 0: none */
-  int fwd_warp_grid;      /* ... persistent CTAs an SM at most (16; tuning builds 1 to 256) */
-  int bwd_fast_div;   /* backward from y: 0 x = (y - beta) / gamma by IEEE division; tuning builds:
-                         1 by __fdividef on 16-bit rows, 2 on all rows */
-  int fwd_reg_onebar; /* forward register kernel (tuning builds): 1 LayerNorm's chunk statistics
-                         behind one barrier (cta_ln_stats); 0 two sums (the release form) */
-  int bwd_ring_resident; /* backward (tuning builds): 1 rows past the register ring's take its
-                            RESIDENT form (the row kept in the stage); 0 the stream tier */
+  int fwd_warp_grid;      /* ... persistent CTAs an SM at most (0: the rule's, 48 or 32;
+                             tuning builds 1 to 256) */
+  int bwd_fast_div;   /* backward from y: x = (y - beta) / gamma by __fdividef on 16-bit rows (1),
+                         on all rows (2), or by IEEE division (0) */
+  int fwd_reg_onebar; /* forward register kernel: 1 fp32 LayerNorm's chunk statistics behind one
+                         barrier (cta_ln_stats) in CTAs of more than 256 threads, 0 never (two sums
+                         behind two); 2 (tuning builds) on all LayerNorm rows */
+  int bwd_ring_resident; /* backward: rows past the register ring's take its RESIDENT form (the
+                            row kept in the stage) when 16-bit, from x and 1 row an SM or more
+                            (1); never (0, the stream tier); 2 (tuning builds) all of them */
 };
 
 #ifdef FNORM_TUNING
@@ -128,7 +129,7 @@ int tune_knob(const char *name, int fallback) {
 
 Tuning tuning() {
   Tuning t = {1,  2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32,
-              16, 1, 4,   1,    1,   1,  0, 4, 1,  0, 0, 2, 16,   0, 0, 0};
+              16, 1, 4,   1,    1,   1,  0, 4, 1,  0, 0, 2, 0,    1, 1, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -163,8 +164,8 @@ Tuning tuning() {
   t.fwd_warp_grid = tune_knob("FNORM_TUNE_FWD_WARP_GRID", t.fwd_warp_grid);
   t.fwd_reg_onebar = tune_knob("FNORM_TUNE_FWD_REG_ONEBAR", t.fwd_reg_onebar);
   t.bwd_ring_resident = tune_knob("FNORM_TUNE_BWD_RING_RESIDENT", t.bwd_ring_resident);
-  if (t.fwd_warp_grid < 1 || t.fwd_warp_grid > 256)
-    t.fwd_warp_grid = 16;
+  if (t.fwd_warp_grid < 0 || t.fwd_warp_grid > 256)
+    t.fwd_warp_grid = 0;
 #endif
   return t;
 }
@@ -323,18 +324,27 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const int64_t rows_per_cta = pl.threads / pl.group;
     const int64_t full_grid = (int64_t)dev.sm_count * 16; /* CTAs (the staging rule's) */
     pl.grid = min64(ceil_div(p->rows, rows_per_cta), kMaxGrid);
-    /* Persistent CTAs: up to 16 an SM, more than are resident (three or four). A grid of only
-     * the resident CTAs, one wave, ran 16-bit N = 256-512 5-10% slower (A/B run AA1, H200). */
-    if (persist)
-      pl.grid = min64(pl.grid, (int64_t)dev.sm_count * tn.fwd_warp_grid);
+    /* Persistent CTAs: up to 48 an SM, far more than are resident (three or four), so that the
+     * block scheduler balances the SMs' rows. A grid of only the resident CTAs, one wave, ran
+     * 16-bit N = 256-512 5-10% slower than 16 an SM (A/B run AA1, H200). Sweeps 41-42 (H200,
+     * 2^27 elements, 16-bit N = 64-512): 48 an SM +1.4 to +5.3 points over 16 on every row;
+     * LayerNorm rows of 64 vectors (N = 512) did best at 32 (+2.3, where 48 gained 0.7 and 64
+     * lost 2). */
+    if (persist) {
+      int cap = p->norm == FNORM_LAYERNORM && pl.group * pl.vpt >= 64 ? 32 : 48;
+      if (kTuningBuild && tn.fwd_warp_grid > 0)
+        cap = tn.fwd_warp_grid;
+      pl.grid = min64(pl.grid, (int64_t)dev.sm_count * cap);
+    }
     /* Staging a row ahead overlaps a warp's next rows' loads with this row's work. It pays at up
      * to 4 vectors a lane (at 8, 64 KB of stages a CTA hold the SM to three CTAs: sweep 16, 16-bit
      * N = 2048 lost 3-9 points, fp32 N = 768-1024 -6 to +1.5) and when each warp of a full grid
      * (16 CTAs an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, most
-     * cells lost 0.4-9 points). */
+     * cells lost 0.4-9 points). (Reading all of a lane's slots at once, then masking, instead
+     * of one conditional read after another, was level: sweep 41.) */
     if (tn.fwd_staged > 0 && persist && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
         p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32))
-      pl.staged = kTuningBuild && tn.fwd_staged == 2 ? 2 : 1;
+      pl.staged = 1;
     /* gamma and beta as fp32 from shared memory, filled once a CTA, on staged rows. Sweep 29
      * (H200, 2^27 elements): fp32 N = 256-512 +0.8 to +4.6 points, 16-bit LayerNorm N = 256-1024
      * 0 to +1.7, but 16-bit RMSNorm 384-1024 -0.6 to -2.9; at 8 vectors a lane (16-bit 2048,
@@ -352,8 +362,12 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   /* 16-byte vectors and rows enough to fill the GPU: a CTA per row while one CTA (up to 1024
    * threads of the preferred elements a thread, else up to 4 x 8) holds the row. Longer rows,
    * and fewer rows, take the register kernel below, split over a cluster (sweep 9: faster than
-   * clusters of this kernel). */
-  if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count) {
+   * clusters of this kernel). 16-bit RMSNorm rows past 20480 also take the register kernel:
+   * sweeps 41-42 (H200, 2^27 elements) had it +2 to +5.5 points ahead at 24576-32768 (but 0.2
+   * behind to 2.6 ahead at 28672, 1.5 behind to 2.3 ahead at 20480, 6 behind at 16384); not
+   * LayerNorm, 3 to 10 points behind there. */
+  const bool rms16_long = p->norm == FNORM_RMSNORM && dtype_bytes(p->dtype) == 2 && p->cols > 20480;
+  if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count && !rms16_long) {
     const int v1 = 8 / vec; /* vectors of 8 elements */
     /* fp32 LayerNorm rows of up to 4096 at 16 elements a thread (sweep 19: N = 2048 and 4096
      * +3 and +5 points; from 5120 on, and for RMSNorm, 16 was level or slower). */
@@ -377,7 +391,6 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (ceil_div(nvec, vpt) <= 1024) {
       pl.mode = MODE_CTA;
       pl.vpt = vpt;
-      pl.variant = kTuningBuild && tn.fwd_cta == 2;
       /* reread: the kernel's register budget */
       pl.reread = !reread ? 0 : p->cols <= 4096 ? 48 : 40;
       if (kTuningBuild && reread && tn.fwd_reread_regs != 0)
@@ -416,8 +429,15 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (reg_fits) {
     pl.mode = MODE_REG;
     pl.vpt = vpt;
-    pl.variant = kTuningBuild && tn.fwd_reg_onebar == 1 && p->norm == FNORM_LAYERNORM;
     pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));
+    /* fp32 LayerNorm's chunk statistics behind one barrier (cta_ln_stats, each thread centred
+     * on its own mean) instead of two sums behind two. Sweeps 41-42 (H200, 2^27 elements):
+     * fp32 N = 40960-262144 +0.9 to +4.4 points (CTAs of 320-512 threads; 64 rows of 262144
+     * +0.8), but 64 rows of 65536 (a cluster of 8 CTAs of 256 threads) -4.5, and 16-bit rows
+     * lost about 20. */
+    pl.variant = p->norm == FNORM_LAYERNORM &&
+                 ((tn.fwd_reg_onebar == 1 && p->dtype == FNORM_DTYPE_F32 && pl.threads > 256) ||
+                  (kTuningBuild && tn.fwd_reg_onebar == 2));
   } else {
     /* Rows longer than registers hold: stage the chunk in shared memory, or re-read it. */
     c = split_rows(p, nvec, kStageTarget / (2 * vbytes), max_cluster, dev);
@@ -433,7 +453,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   return pl;
 }
 
-Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
@@ -478,12 +498,18 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
-   * better as 8 chunks of 512 than as 4 of 1024. */
+   * better as 8 chunks of 512 than as 4 of 1024. Rows past it: the ring's RESIDENT form for
+   * 16-bit rows from x with a row an SM or more (sweeps 41-42, H200: N = 196608-262144 +6 to +9
+   * points over the stream tier; fp32 -6, from y -3.5 to -12, 64 rows -6; 132-511 rows not
+   * measured). */
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
       (plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
                  nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev) ||
-       (kTuningBuild && tn.bwd_ring_resident == 1 && !warp_fits &&
+       (!warp_fits &&
+        ((tn.bwd_ring_resident == 1 && dtype_bytes(p->dtype) == 2 && !from_y &&
+          p->rows >= dev.sm_count) ||
+         (kTuningBuild && tn.bwd_ring_resident == 2)) &&
         plan_ring_resident(pl, vec, nvec, tn.stages, dev)))) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
@@ -577,8 +603,9 @@ int choose_vec(const fnorm_problem *p, const void *const *rows_ptrs, const int64
 
 void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const DeviceInfo &dev) {
   const Tuning tn = tuning();
-  pl.fast_div = kTuningBuild &&
-                (tn.bwd_fast_div == 2 || (tn.bwd_fast_div == 1 && dtype_bytes(p->dtype) == 2));
+  /* x recovered by __fdividef on 16-bit rows (sweep 41, H200: +3 to +14 points at N =
+   * 1024-32768; its 2 ulp are far below y's rounding), by IEEE division on fp32 rows (0 to +3). */
+  pl.fast_div = tn.bwd_fast_div == 2 || (tn.bwd_fast_div == 1 && dtype_bytes(p->dtype) == 2);
   /* Sweep 31 (H200, 2^27 elements): LayerNorm from y +6 to +12 points at 16-bit N = 5120-8192
    * (+0.2 to +1.6 at 16384-65536), +19 to +22 at fp32; but 6 to 12 points slower for RMSNorm
    * (no beta: only the reads of zeros would be added), so only where there is a beta. */
@@ -592,16 +619,21 @@ void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const
   }
 }
 
-/* The backward's workspace for any pointers: the vector width depends on the pointers, which
- * the query does not see, so the larger of both widths' (the wide one only where the row length
- * allows it, as choose_vec). */
+/* The backward's workspace for any pointers, from x or from y: the vector width depends on the
+ * pointers, which the query does not see, so the largest of both widths' (the wide one only
+ * where the row length allows it, as choose_vec), each from x and from y (which may take different
+ * tiers: the ring's RESIDENT form is planned from x only). */
 size_t backward_workspace_bytes(const fnorm_problem *p, const DeviceInfo &dev) {
   int vec = (int)(16 / dtype_bytes(p->dtype));
   if (p->cols % vec != 0)
     vec = 1;
-  const size_t a = plan_backward(p, vec, dev).ws_bytes;
-  const size_t b = plan_backward(p, 1, dev).ws_bytes;
-  return a > b ? a : b;
+  size_t most = 0;
+  for (int w = 0; w < 2; ++w)
+    for (int y = 0; y < 2; ++y) {
+      const size_t b = plan_backward(p, w ? 1 : vec, dev, y != 0).ws_bytes;
+      most = b > most ? b : most;
+    }
+  return most;
 }
 
 } // namespace fnorm_cuda
