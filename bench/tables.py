@@ -11,7 +11,8 @@ column, so that a table merged from several runs says where each row comes from.
 lines after each peer table count the cells where fusednorm is faster than the better of torch
 eager and torch.compile, and at least 1.15x faster. A `fnbench=` file adds fnbench's number
 for the cell (labelled with its run) and its ratio to the same peers, counted separately. A
-peer column that no file measured (e.g. Liger when it was not installed) is left out.
+peer column that no file measured (e.g. Liger when it was not installed: no cell "ok") is left
+out.
 """
 
 import csv
@@ -82,7 +83,11 @@ def peer_tables(specs):
             if r["library"] == "fusednorm":
                 cells[key] = {"_run": label}  # a later run replaces the whole cell
             cells.setdefault(key, {"_run": label})[r["library"]] = r
-    libs = [x for x in ("torch", "compile", "liger") if any(x in c for c in cells.values())]
+    libs = [
+        x
+        for x in ("torch", "compile", "liger")
+        if any(x in c and c[x]["status"] == "ok" for c in cells.values())
+    ]
     titles = {"torch": "torch eager", "compile": "torch.compile", "liger": "Liger"}
     fnb_cols = (
         f" | fusednorm in fnbench (run {fnb_label}) | fnbench / best of eager and compile"

@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(512, 1)
  * in the stage, read there once for the row's sums and again for dx, so VPT is 32 elements;
  * gamma as fp32 in shared memory after the stages (before beta); the stage is refilled after
  * the second pass, behind a barrier. Sweeps 41-42 (H200, 2^27 elements): 16-bit N = 196608 and
- * 262144 +6 to +9 points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3.5 to -12, 64
+ * 262144 +6 to +9 points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3 to -13, 64
  * rows -6. Tuning builds have it for all dtypes and from y (FNORM_TUNE_BWD_RING_RESIDENT=2). */
 template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false>
 __global__ void __launch_bounds__(512, 1)

@@ -363,8 +363,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * threads of the preferred elements a thread, else up to 4 x 8) holds the row. Longer rows,
    * and fewer rows, take the register kernel below, split over a cluster (sweep 9: faster than
    * clusters of this kernel). 16-bit RMSNorm rows past 20480 also take the register kernel:
-   * sweeps 41-42 (H200, 2^27 elements) had it +2 to +5.5 points ahead at 24576-32768 (but 0.2
-   * behind to 2.6 ahead at 28672, 1.5 behind to 2.3 ahead at 20480, 6 behind at 16384); not
+   * sweeps 41-42 (H200, 2^27 elements) had it +2 to +6 points ahead at 24576 and 32768 (but 0.2
+   * behind to 2.9 ahead at 28672, 1.5 behind to 2.3 ahead at 20480, 6 behind at 16384); not
    * LayerNorm, 3 to 10 points behind there. */
   const bool rms16_long = p->norm == FNORM_RMSNORM && dtype_bytes(p->dtype) == 2 && p->cols > 20480;
   if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count && !rms16_long) {
@@ -500,7 +500,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
    * better as 8 chunks of 512 than as 4 of 1024. Rows past it: the ring's RESIDENT form for
    * 16-bit rows from x with a row an SM or more (sweeps 41-42, H200: N = 196608-262144 +6 to +9
-   * points over the stream tier; fp32 -6, from y -3.5 to -12, 64 rows -6; 132-511 rows not
+   * points over the stream tier; fp32 -6, from y -3 to -13, 64 rows -6; 132-511 rows not
    * measured). */
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
