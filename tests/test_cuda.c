@@ -154,8 +154,8 @@ enum { ONE_WARP_ROWS = 10240 };
 enum { CLUSTER_TIER_ROWS = 4096 };
 
 /* Rows from which 16-bit backward rows past the register ring's take its RESIDENT form (sm_90,
- * from x; a row an SM): 160 SMs' worth. */
-enum { RESIDENT_TIER_ROWS = 160 };
+ * from x; 1.5 rows an SM): 160 SMs' worth. */
+enum { RESIDENT_TIER_ROWS = 240 };
 
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
  * one. --quick (compute-sanitizer) caps every case at 2^13 elements and 16 rows. */
@@ -258,7 +258,7 @@ static void cuda_sizes(void) {
    * RESIDENT_TIER_ROWS rows: the ring's RESIDENT form on sm_90 from x (from y, and elsewhere,
    * the stream tier), every dtype pair; 131080 leaves the last of 16 CTAs a shorter chunk. Not
    * under --quick (too few rows; racecheck ran the same kernel forced on at 2-16 rows in a
-   * tuning build): --filter 'M=160 ' picks them. */
+   * tuning build): --filter 'M=240 ' picks them. */
   if (!g_opt.quick) {
     static const fwd_shape resident[] = {
         {3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080}, {2, 0, 131080}};

@@ -200,9 +200,9 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(pl.threads >= 32 && pl.threads <= 512 && pl.threads % 32 == 0,
             "backward ring: 32 to 512 threads, whole warps");
     require(kTuningBuild || !pl.variant ||
-                (p.dtype != FNORM_DTYPE_F32 && p.rows >= dev.sm_count &&
+                (p.dtype != FNORM_DTYPE_F32 && 2 * p.rows >= 3 * (int64_t)dev.sm_count &&
                  nvec > (int64_t)16 * 512 * kRingVpt),
-            "backward ring: the RESIDENT form for 16-bit rows past the register ring's, a row "
+            "backward ring: the RESIDENT form for 16-bit rows past the register ring's, 1.5 rows "
             "an SM or more");
     require(pl.variant || (pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
                            pl.smem <= (size_t)dev.max_smem_optin),
@@ -426,8 +426,8 @@ void check_choices() {
     expect(h200, BF16, LN, 2048, 65536, false, pl.mode == MODE_REG && pl.variant == 0,
            "two barriers' statistics");
   }
-  /* Backward: 16-bit rows past the register ring, from x, a row an SM or more: the ring's
-   * RESIDENT form; fp32, from y, or 64 rows: the stream tier (sweeps 41-42). */
+  /* Backward: 16-bit rows past the register ring, from x, 1.5 rows an SM or more: the ring's
+   * RESIDENT form; fp32, from y, or 160 rows: the stream tier (sweeps 41-43). */
   const int64_t scols[] = {196608, 262144};
   for (int i = 0; i < 2; ++i) {
     const int64_t rows = ((int64_t)1 << 27) / scols[i];
@@ -439,9 +439,12 @@ void check_choices() {
            plan_backward(&p, 8, h200.info, true).tier == TIER_STREAM, "from y: the stream tier");
     expect(h200, BF16, LN, rows, scols[i], true,
            plan_backward(&p, 8, a100.info, false).tier == TIER_STREAM, "sm_80: the stream tier");
-    p.rows = 64;
-    expect(h200, BF16, LN, 64, scols[i], true,
+    p.rows = 160; /* under 1.5 rows an SM (sweep 43) */
+    expect(h200, BF16, LN, 160, scols[i], true,
            plan_backward(&p, 8, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    p.rows = 256;
+    expect(h200, BF16, LN, 256, scols[i], true, plan_backward(&p, 8, h200.info, false).variant == 1,
+           "the ring's RESIDENT form");
     p = problem(F32, LN, rows, scols[i]);
     expect(h200, F32, LN, rows, scols[i], true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");

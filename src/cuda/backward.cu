@@ -527,13 +527,14 @@ __global__ void __launch_bounds__(512, 1)
  * its own vectors, instead of from global memory every row (sweep 30: the ring at 55-60% of the
  * copy there, against 81-85% for the warp tier's clusters, which read it from shared memory;
  * sweep 31: +6 to +22 points at N = 5120-8192). */
-/* RESIDENT (16-bit rows past the register ring's, from x, with a row an SM or more; otherwise
+/* RESIDENT (16-bit rows past the register ring's, from x, with 1.5 rows an SM or more; otherwise
  * they take the stream tier, which reads dy and x twice from memory): the thread's vectors stay
  * in the stage, read there once for the row's sums and again for dx, so VPT is 32 elements;
  * gamma as fp32 in shared memory after the stages (before beta); the stage is refilled after
  * the second pass, behind a barrier. Sweeps 41-42 (H200, 2^27 elements): 16-bit N = 196608 and
- * 262144 +6 to +9 points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3 to -13, 64
- * rows -6. Tuning builds have it for all dtypes and from y (FNORM_TUNE_BWD_RING_RESIDENT=2). */
+ * 262144 +6 to +9 points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3 to -13;
+ * sweep 43 (bf16 262144): 256 rows +4, 160 rows -0.9, 132 -2.4 (64 rows, sweep 42: -6). Tuning
+ * builds have it for all dtypes and from y (FNORM_TUNE_BWD_RING_RESIDENT=2). */
 template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false>
 __global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {

@@ -116,8 +116,8 @@ struct Tuning {
                          barrier (cta_ln_stats) in CTAs of more than 256 threads, 0 never (two sums
                          behind two); 2 (tuning builds) on all LayerNorm rows */
   int bwd_ring_resident; /* backward: rows past the register ring's take its RESIDENT form (the
-                            row kept in the stage) when 16-bit, from x and 1 row an SM or more
-                            (1); never (0, the stream tier); 2 (tuning builds) all of them */
+                            row kept in the stage) when 16-bit, from x and 1.5 rows an SM or
+                            more (1); never (0, the stream tier); 2 (tuning builds) all of them */
 };
 
 #ifdef FNORM_TUNING
@@ -499,16 +499,16 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
    * better as 8 chunks of 512 than as 4 of 1024. Rows past it: the ring's RESIDENT form for
-   * 16-bit rows from x with a row an SM or more (sweeps 41-42, H200: N = 196608-262144 +6 to +9
-   * points over the stream tier; fp32 -6, from y -3 to -13, 64 rows -6; 132-511 rows not
-   * measured). */
+   * 16-bit rows from x with 1.5 rows an SM or more (sweeps 41-42, H200: N = 196608-262144 +6 to
+   * +9 points over the stream tier at 512 rows; fp32 -6, from y -3 to -13; sweeps 42-43, bf16
+   * 262144: 256 rows +4, 160 rows -0.9, 132 -2.4, 64 -6). */
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
       (plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
                  nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev) ||
        (!warp_fits &&
         ((tn.bwd_ring_resident == 1 && dtype_bytes(p->dtype) == 2 && !from_y &&
-          p->rows >= dev.sm_count) ||
+          2 * p->rows >= 3 * (int64_t)dev.sm_count) ||
          (kTuningBuild && tn.bwd_ring_resident == 2)) &&
         plan_ring_resident(pl, vec, nvec, tn.stages, dev)))) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
