@@ -198,8 +198,17 @@ template <typename T> constexpr int kRegWarpSum = sizeof(T) == 4 ? WARPS_LANES :
  * chunk statistics as the CTA-per-row kernel takes them (cta_ln_stats: each thread centred on
  * its own mean, combined by Chan's update behind one barrier) instead of two sums behind two
  * barriers. */
-template <typename T, typename P, int VEC, int VPT, bool ONEBAR = false>
+/* LN_ONLY: a LayerNorm-only form (the norm known at compile time; its stores compute
+ * (x - mc) * rstd - off * rstd in two instructions), for LayerNorm rows; otherwise the norm is
+ * read at run time, as RMSNorm rows take it. ncu7 (bf16 N = 65536) had the kernel issue-bound,
+ * 0.64 warp instructions a cycle a scheduler, LayerNorm executing 32% more than RMSNorm; A/B run
+ * AC: LayerNorm-only 16-bit +3 to +4 points, fp32 level to +0.5. An RMSNorm-only form was 30
+ * points slower (its next row's loads compiled to half-word inserts into the previous row's
+ * registers right after each load, which wait for it: the prefetch stalled), so RMSNorm keeps
+ * the run-time form, whose machine code did not change. */
+template <typename T, typename P, int VEC, int VPT, bool LN_ONLY = false, bool ONEBAR = false>
 __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_vecs) {
+  const bool layernorm = LN_ONLY || a.layernorm;
   __shared__ RingRed red;
   int csize, crank;
   cluster_shape(csize, crank);
@@ -258,7 +267,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
     /* LayerNorm: the CTA's chunk mean mc, then the sums centred on it (two barriers inside the
      * CTA), then one exchange across the cluster (ln_cluster_stats). */
     float mc = 0.f, c = 0.f, rstd, mean_out = 0.f;
-    if (ONEBAR && a.layernorm) {
+    if (ONEBAR && layernorm) {
       const ChunkStats cs =
           cta_ln_stats<VPT, VEC, kRegWarpSum<T>>(x_at, x_at, mine, counts, red.warp, round);
       const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, a.eps);
@@ -266,7 +275,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
       c = st.off;
       rstd = st.rstd;
       mean_out = st.mean;
-    } else if (a.layernorm) {
+    } else if (layernorm) {
       float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
@@ -311,6 +320,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
     }
     if (crank == 0 && threadIdx.x == 0)
       store_row_stats(a, row, mean_out, rstd);
+    [[maybe_unused]] const float shift = -c * rstd;
     T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -321,8 +331,11 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
       load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
       load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) /* x - mc - off (LN; mc = off = 0 for RMS) */
-        out[e] = fmaf(((x_at(k, e) - mc) - c) * rstd, g[e], b[e]);
+      for (int e = 0; e < VEC; ++e) { /* x - mc - off (LN; mc = off = 0 for RMS) */
+        const float xhat =
+            LN_ONLY ? fmaf(x_at(k, e) - mc, rstd, shift) : ((x_at(k, e) - mc) - c) * rstd;
+        out[e] = fmaf(xhat, g[e], b[e]);
+      }
       store_vec<T, VEC>(yr + i * VEC, out);
     }
 #pragma unroll
@@ -332,9 +345,9 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   cluster_barrier(csize);
 }
 
-template <typename T, typename P, int VEC, int VPT, bool ONEBAR = false>
+template <typename T, typename P, int VEC, int VPT, bool LN_ONLY = false, bool ONEBAR = false>
 __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
-  fwd_reg_body<T, P, VEC, VPT, ONEBAR>(a, chunk_vecs);
+  fwd_reg_body<T, P, VEC, VPT, LN_ONLY, ONEBAR>(a, chunk_vecs);
 }
 
 /* A CTA per row (16-byte vectors, rows one CTA of up to 1024 threads holds), the row in
@@ -846,13 +859,15 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
-    void (*k)(FwdParams, int64_t) = fwd_reg_kernel<T, P, VEC, VPT>;
+    /* LayerNorm rows: the LayerNorm-only form; RMSNorm rows: the run-time form. */
+    void (*k)(FwdParams, int64_t) =
+        a.layernorm ? fwd_reg_kernel<T, P, VEC, VPT, true> : fwd_reg_kernel<T, P, VEC, VPT, false>;
     /* ONEBAR: planned on fp32 LayerNorm rows (tuning builds: on all LayerNorm rows). */
     if (plan.variant) {
       k = nullptr;
       if constexpr (sizeof(T) == 4 || kTuningBuild)
         if (a.layernorm)
-          k = fwd_reg_kernel<T, P, VEC, VPT, true>;
+          k = fwd_reg_kernel<T, P, VEC, VPT, true, true>;
     }
     if (k && plan.vpt == VPT)
       return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
