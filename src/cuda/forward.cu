@@ -202,7 +202,7 @@ template <typename T> constexpr int kRegWarpSum = sizeof(T) == 4 ? WARPS_LANES :
  * (x - mc) * rstd - off * rstd in two instructions), for LayerNorm rows; otherwise the norm is
  * read at run time, as RMSNorm rows take it. ncu7 (bf16 N = 65536) had the kernel issue-bound,
  * 0.64 warp instructions a cycle a scheduler, LayerNorm executing 32% more than RMSNorm; A/B run
- * AC: LayerNorm-only 16-bit +3 to +4 points, fp32 level to +0.5. An RMSNorm-only form was 30
+ * AC1: LayerNorm-only 16-bit +3 to +4 points, fp32 level to +0.5. An RMSNorm-only form was 30
  * points slower (its next row's loads compiled to half-word inserts into the previous row's
  * registers right after each load, which wait for it: the prefetch stalled), so RMSNorm keeps
  * the run-time form, whose machine code did not change. */
