@@ -171,11 +171,11 @@ static int64_t rows_for(int64_t n, int64_t budget, int64_t max_rows) {
 typedef struct {
   int combo, norm;
   int64_t cols;
-} fwd_shape;
+} case_shape;
 
 /* Forward-only cases of the shapes at `rows` rows; the first `first` also with aligned rows with
  * a gap and no gamma, beta, mean or rstd, and under --quick only those, without that variant. */
-static void forward_cases(const fwd_shape *shapes, int count, int64_t rows, int first) {
+static void forward_cases(const case_shape *shapes, int count, int64_t rows, int first) {
   for (int s = 0; s < count && (!g_opt.quick || s < first); s++) {
     tcase c = tcase_default(norms[shapes[s].norm], combos[shapes[s].combo].dtype,
                             combos[shapes[s].combo].param_dtype, rows, shapes[s].cols);
@@ -226,10 +226,10 @@ static void cuda_sizes(void) {
    * lengths spread over the kernel shapes (run on an H200 with all three 16-bit lengths for
    * every pair, 38 staged cases took 135 s, most of it the CPU oracle's). */
   {
-    static const fwd_shape staged[] = {{0, 0, 128}, {4, 0, 64}, {0, 1, 512}, {1, 0, 512},
-                                       {1, 1, 64},  {2, 0, 64}, {2, 1, 384}, {3, 0, 384},
-                                       {3, 1, 256}, {4, 1, 512}};
-    static const fwd_shape one_warp[] = {{3, 0, 1024}, {1, 1, 768}, {4, 1, 2048}, {2, 0, 1024}};
+    static const case_shape staged[] = {{0, 0, 128}, {4, 0, 64}, {0, 1, 512}, {1, 0, 512},
+                                        {1, 1, 64},  {2, 0, 64}, {2, 1, 384}, {3, 0, 384},
+                                        {3, 1, 256}, {4, 1, 512}};
+    static const case_shape one_warp[] = {{3, 0, 1024}, {1, 1, 768}, {4, 1, 2048}, {2, 0, 1024}};
     forward_cases(staged, (int)(sizeof staged / sizeof staged[0]), STAGED_TIER_ROWS, 2);
     forward_cases(one_warp, (int)(sizeof one_warp / sizeof one_warp[0]), ONE_WARP_ROWS, 1);
   }
@@ -256,11 +256,11 @@ static void cuda_sizes(void) {
   }
   /* 16-bit backward rows past the register ring's (more than 16384 16-byte vectors) with
    * RESIDENT_TIER_ROWS rows: the ring's RESIDENT form on sm_90 from x (from y, and elsewhere,
-   * the stream tier), every dtype pair; 131080 leaves the last of 16 CTAs a shorter chunk. Not
-   * under --quick (too few rows; racecheck ran the same kernel forced on at 2-16 rows in a
+   * the stream tier), every 16-bit dtype pair; 131080 leaves the last of 16 CTAs a shorter chunk.
+   * Not under --quick (too few rows; racecheck ran the same kernel forced on at 2-16 rows in a
    * tuning build): --filter 'M=240 ' picks them. */
   if (!g_opt.quick) {
-    static const fwd_shape resident[] = {
+    static const case_shape resident[] = {
         {3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080}, {2, 0, 131080}};
     for (s = 0; s < 4; s++) {
       tcase c = tcase_default(norms[resident[s].norm], combos[resident[s].combo].dtype,

@@ -398,14 +398,12 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
           for (int e = 0; e < VEC; ++e)
             raw[k].v[e] = from_f32<T>(0.f);
         }
+      } else if (mine[k]) {
+        load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
       } else {
-        if (mine[k]) {
-          load_stream_f32<T, VEC>(xr + (threadIdx.x + k * blockDim.x) * VEC, &v[k * VEC]);
-        } else {
 #pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            v[k * VEC + e] = 0.f;
-        }
+        for (int e = 0; e < VEC; ++e)
+          v[k * VEC + e] = 0.f;
       }
     }
     auto x_at = [&](int k, int e) {

@@ -106,8 +106,8 @@ struct Tuning {
   int fwd_warp_threads;   /* forward warp tier (tuning builds): threads a CTA (32 to 256; 0 the
                              rule's) */
   int fwd_warp_persist;   /* ... 2: 16-byte rows of a warp and fp32 rows take one-warp CTAs, not
-                             persistent, the rest persistent CTAs (at most 16 an SM, each looping
-                             over rows); 1: all persistent; 0: none */
+                             persistent, the rest persistent CTAs (at most fwd_warp_grid an SM,
+                             each looping over rows); 1: all persistent; 0: none */
   int fwd_warp_grid;      /* ... persistent CTAs an SM at most (0: the rule's, 48 or 32;
                              tuning builds 1 to 256) */
   int bwd_fast_div;   /* backward from y: x = (y - beta) / gamma by __fdividef on 16-bit rows (1),
@@ -209,10 +209,11 @@ bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int s
   return true;
 }
 
-/* Tuning builds: the ring's RESIDENT form for rows past the register ring's (which take the
- * stream tier, reading dy and x twice): the smallest power-of-two cluster, up to 16 CTAs, whose
- * chunks take at most 512 threads of ring_resident_vpt vectors, with gamma's fp32 chunk and at
- * least one stage of dy and x (up to `stages`) in shared memory. False when none fits. */
+/* The ring's RESIDENT form for rows past the register ring's (which otherwise take the stream
+ * tier, reading dy and x twice; plan_backward says which rows): the smallest power-of-two cluster,
+ * up to 16 CTAs, whose chunks take at most 512 threads of ring_resident_vpt vectors, with gamma's
+ * fp32 chunk and at least one stage of dy and x (up to `stages`) in shared memory. False when none
+ * fits. */
 bool plan_ring_resident(Plan &pl, int vec, int64_t nvec, int stages, const DeviceInfo &dev) {
   if (dev.cc_major < 9 || nvec < 1)
     return false;
@@ -342,9 +343,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
      * (16 CTAs an SM) gets 4 rows or more (sweep 17: 67584 rows on 132 SMs; with fewer, most
      * cells lost 0.4-9 points). (Reading all of a lane's slots at once, then masking, instead
      * of one conditional read after another, was level: sweep 41.) */
-    if (tn.fwd_staged > 0 && persist && vec * (int64_t)dtype_bytes(p->dtype) == 16 && pl.vpt <= 4 &&
-        p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32))
-      pl.staged = 1;
+    pl.staged = tn.fwd_staged > 0 && persist && vec * (int64_t)dtype_bytes(p->dtype) == 16 &&
+                pl.vpt <= 4 && p->rows >= tn.fwd_staged_rows * full_grid * (pl.threads / 32);
     /* gamma and beta as fp32 from shared memory, filled once a CTA, on staged rows. Sweep 29
      * (H200, 2^27 elements): fp32 N = 256-512 +0.8 to +4.6 points, 16-bit LayerNorm N = 256-1024
      * 0 to +1.7, but 16-bit RMSNorm 384-1024 -0.6 to -2.9; at 8 vectors a lane (16-bit 2048,
