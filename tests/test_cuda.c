@@ -153,8 +153,9 @@ enum { ONE_WARP_ROWS = 10240 };
 /* Rows from which fp32 backward rows past 8 warps go over a cluster of 8-warp CTAs (sm_90). */
 enum { CLUSTER_TIER_ROWS = 4096 };
 
-/* Rows from which 16-bit backward rows past the register ring's take its RESIDENT form (sm_90,
- * from x; 1.5 rows an SM): 160 SMs' worth. */
+/* Rows from which 16-bit backward rows past the register ring's, and 16-bit rows with fp32 gamma
+ * past the warp tier's, take the ring's RESIDENT form (sm_90, from x; 1.5 rows an SM): 160 SMs'
+ * worth. */
 enum { RESIDENT_TIER_ROWS = 240 };
 
 /* Rows for a case of row length n: about `budget` elements, at most max_rows rows, at least
@@ -254,15 +255,17 @@ static void cuda_sizes(void) {
       }
     }
   }
-  /* 16-bit backward rows past the register ring's (more than 16384 16-byte vectors) with
-   * RESIDENT_TIER_ROWS rows: the ring's RESIDENT form on sm_90 from x (from y, and elsewhere,
-   * the stream tier), every 16-bit dtype pair; 131080 leaves the last of 16 CTAs a shorter chunk.
-   * Not under --quick (too few rows; racecheck ran the same kernel forced on at 2-16 rows in a
-   * tuning build): --filter 'M=240 ' picks them. */
+  /* 16-bit backward rows past the register ring's (more than 16384 16-byte vectors), and 16-bit
+   * rows with fp32 gamma past the warp tier's, with RESIDENT_TIER_ROWS rows: the ring's RESIDENT
+   * form on sm_90 from x (from y, and elsewhere, the stream tier or the register ring), in CTAs
+   * of up to 512 and up to 128 threads; 131080 leaves the last of 16 CTAs a shorter chunk, 16392
+   * the last of 8. Not under --quick (too few rows; racecheck ran the same kernel forced on at
+   * 2-16 rows in a tuning build): --filter 'M=240 ' picks them. */
   if (!g_opt.quick) {
-    static const case_shape resident[] = {
-        {3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080}, {2, 0, 131080}};
-    for (s = 0; s < 4; s++) {
+    static const case_shape resident[] = {{3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080},
+                                          {2, 0, 131080}, {2, 1, 5120},   {4, 0, 16392},
+                                          {4, 1, 65536}};
+    for (s = 0; s < (int)(sizeof resident / sizeof resident[0]); s++) {
       tcase c = tcase_default(norms[resident[s].norm], combos[resident[s].combo].dtype,
                               combos[resident[s].combo].param_dtype, RESIDENT_TIER_ROWS,
                               resident[s].cols);

@@ -201,9 +201,10 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
             "backward ring: 32 to 512 threads, whole warps");
     require(kTuningBuild || !pl.variant ||
                 (p.dtype != FNORM_DTYPE_F32 && 2 * p.rows >= 3 * (int64_t)dev.sm_count &&
-                 nvec > (int64_t)16 * 512 * kRingVpt),
-            "backward ring: the RESIDENT form for 16-bit rows past the register ring's, 1.5 rows "
-            "an SM or more");
+                 (nvec > (int64_t)16 * 512 * kRingVpt ||
+                  (p.param_dtype == FNORM_DTYPE_F32 && pl.threads <= 128))),
+            "backward ring: the RESIDENT form for 16-bit rows past the register ring's, or with "
+            "fp32 gamma in CTAs of up to 128 threads, 1.5 rows an SM or more");
     require(pl.variant || (pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
                            pl.smem <= (size_t)dev.max_smem_optin),
             "backward ring: two stages or more that fit in shared memory");
@@ -448,6 +449,27 @@ void check_choices() {
     p = problem(F32, LN, rows, scols[i]);
     expect(h200, F32, LN, rows, scols[i], true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+  }
+  /* Backward, 16-bit rows with fp32 gamma past the warp tier, from x, 1.5 rows an SM or more:
+   * the RESIDENT form in CTAs of 128 threads (sweep 48); with 16-bit gamma, from y or with 160
+   * rows the register ring. */
+  const int64_t pcols[] = {5120, 16384, 32768, 65536};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t rows = ((int64_t)1 << 27) / pcols[i];
+    p = problem(BF16, LN, rows, pcols[i]);
+    p.param_dtype = FNORM_DTYPE_F32;
+    Plan pl = plan_backward(&p, 8, h200.info, false);
+    expect(h200, BF16, LN, rows, pcols[i], true,
+           pl.tier == TIER_RING && pl.variant == 1 && pl.threads <= 128,
+           "fp32 gamma: the ring's RESIDENT form, 128 threads a CTA");
+    expect(h200, BF16, LN, rows, pcols[i], true, plan_backward(&p, 8, h200.info, true).variant == 0,
+           "from y: the register ring");
+    p.rows = 160;
+    expect(h200, BF16, LN, 160, pcols[i], true, plan_backward(&p, 8, h200.info, false).variant == 0,
+           "160 rows: the register ring");
+    p = problem(BF16, LN, rows, pcols[i]);
+    expect(h200, BF16, LN, rows, pcols[i], true,
+           plan_backward(&p, 8, h200.info, false).variant == 0, "bf16 gamma: the register ring");
   }
   /* Forward CTA-per-row kernel: x read again for y on fp32 RMSNorm rows of 2048-8192 (sweep
    * 35), in 48 registers up to 4096, 40 beyond; not at 16384, not LayerNorm, not 16-bit. */

@@ -23,8 +23,9 @@
  *                    streamed through a ring of shared-memory stages by bulk copies, the
  *                    accumulators in registers (one partial per cluster); LayerNorm from y
  *                    reads beta from shared memory. Its RESIDENT form takes 16-bit rows past
- *                    those (up to 16 * 512 * 4 vectors, N = 262144), from x, each CTA's
- *                    chunk of dy and x kept in the stage and read there twice.
+ *                    those (up to 16 * 512 * 4 vectors, N = 262144), and 16-bit rows with
+ *                    fp32 gamma (in CTAs of 128 threads), from x, each CTA's chunk of dy and
+ *                    x kept in the stage and read there twice.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
@@ -527,14 +528,18 @@ __global__ void __launch_bounds__(512, 1)
  * its own vectors, instead of from global memory every row (sweep 30: the ring at 55-60% of the
  * copy there, against 81-85% for the warp tier's clusters, which read it from shared memory;
  * sweep 31: +6 to +22 points at N = 5120-8192). */
-/* RESIDENT (16-bit rows past the register ring's, from x, with 1.5 rows an SM or more; otherwise
- * they take the stream tier, which reads dy and x twice from memory): the thread's vectors stay
- * in the stage, read there once for the row's sums and again for dx, so VPT is 32 elements;
- * gamma as fp32 in shared memory after the stages (before beta); the stage is refilled after
- * the second pass, behind a barrier. Sweeps 41-42 (H200, 2^27 elements): 16-bit N = 196608 and
- * 262144 +6 to +9 points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3 to -13;
- * sweep 43 (bf16 262144): 256 rows +4, 160 rows -0.9, 132 -2.4 (64 rows, sweep 42: -6). Tuning
- * builds have it for all dtypes and from y (FNORM_TUNE_BWD_RING_RESIDENT=2). */
+/* RESIDENT: the thread's vectors stay in the stage, read there once for the row's sums and again
+ * for dx, so VPT is 32 elements; gamma as fp32 in shared memory after the stages (before beta);
+ * the stage is refilled after the second pass, behind a barrier. Planned, from x with 1.5 rows
+ * an SM or more, for 16-bit rows past the register ring's (else the stream tier, which reads dy
+ * and x twice from memory): sweeps 41-42 (H200, 2^27 elements), N = 196608 and 262144 +6 to +9
+ * points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3 to -13; sweep 43 (bf16
+ * 262144): 256 rows +4, 160 rows -0.9, 132 -2.4 (64 rows, sweep 42: -6). And for 16-bit rows
+ * with fp32 gamma within the register ring's reach, in CTAs of 128 threads: there the register
+ * ring runs 6-17 points below its rows with 16-bit gamma (probe 47), and sweep 48 measured
+ * RESIDENT +5 to +11 points at N = 5120-65536 save 8192 (-2 to -3); with 16-bit gamma it lost
+ * 3-8 (sweep 44). Tuning builds have it for all dtypes and from y
+ * (FNORM_TUNE_BWD_RING_RESIDENT=2). */
 template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false>
 __global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
@@ -963,7 +968,7 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                                                ? bwd_ring_kernel<T, P, VEC, kRingVpt, true>
                                                : bwd_ring_kernel<T, P, VEC, kRingVpt, false>;
       int vpt = kRingVpt;
-      if (plan.variant) { /* RESIDENT: rows past the register ring's, planned on 16-bit ones */
+      if (plan.variant) { /* RESIDENT: planned on 16-bit rows (plan_backward) */
         constexpr int RV = ring_resident_vpt(VEC);
         k = nullptr;
         vpt = RV;

@@ -115,9 +115,15 @@ struct Tuning {
   int fwd_reg_onebar; /* forward register kernel: 1 fp32 LayerNorm's chunk statistics behind one
                          barrier (cta_ln_stats) in CTAs of more than 256 threads, 0 never (two sums
                          behind two); 2 (tuning builds) on all LayerNorm rows */
-  int bwd_ring_resident; /* backward: rows past the register ring's take its RESIDENT form (the
-                            row kept in the stage) when 16-bit, from x and 1.5 rows an SM or
-                            more (1); never (0, the stream tier); 2 (tuning builds) all of them */
+  int bwd_ring_resident;    /* backward: rows past the register ring's take its RESIDENT form (the
+                               row kept in the stage) when 16-bit, from x and 1.5 rows an SM or
+                               more (1); never (0, the stream tier); 2 (tuning builds) all of them */
+  int bwd_resident_first;   /* ... 1: that form before the register ring, where the warp tier
+                               does not fit, on the same rows (16-bit, from x, 1.5 rows an SM)
+                               when their gamma is fp32; 0: never; 2 (tuning builds): whatever
+                               gamma's dtype (and all rows with bwd_ring_resident 2) */
+  int bwd_resident_threads; /* ... threads a CTA at most in that case (a multiple of 32, 64 to
+                               512); rows past the register ring's always take up to 512 */
 };
 
 #ifdef FNORM_TUNING
@@ -128,8 +134,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1,  2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32,
-              16, 1, 4,   1,    1,   1,  0, 4, 1,  0, 0, 2, 0,    1, 1, 1};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16,
+              1, 4, 1,   1,    1,   0,  4, 1, 0,  0, 2, 0, 1,    1, 1, 1, 128};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -164,6 +170,11 @@ Tuning tuning() {
   t.fwd_warp_grid = tune_knob("FNORM_TUNE_FWD_WARP_GRID", t.fwd_warp_grid);
   t.fwd_reg_onebar = tune_knob("FNORM_TUNE_FWD_REG_ONEBAR", t.fwd_reg_onebar);
   t.bwd_ring_resident = tune_knob("FNORM_TUNE_BWD_RING_RESIDENT", t.bwd_ring_resident);
+  t.bwd_resident_first = tune_knob("FNORM_TUNE_BWD_RESIDENT_FIRST", t.bwd_resident_first);
+  t.bwd_resident_threads = tune_knob("FNORM_TUNE_BWD_RESIDENT_THREADS", t.bwd_resident_threads);
+  if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
+      t.bwd_resident_threads % 32)
+    t.bwd_resident_threads = kMaxThreads;
   if (t.fwd_warp_grid < 0 || t.fwd_warp_grid > 256)
     t.fwd_warp_grid = 0;
 #endif
@@ -211,15 +222,16 @@ bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int s
 
 /* The ring's RESIDENT form for rows past the register ring's (which otherwise take the stream
  * tier, reading dy and x twice; plan_backward says which rows): the smallest power-of-two cluster,
- * up to 16 CTAs, whose chunks take at most 512 threads of ring_resident_vpt vectors, with gamma's
- * fp32 chunk and at least one stage of dy and x (up to `stages`) in shared memory. False when none
- * fits. */
-bool plan_ring_resident(Plan &pl, int vec, int64_t nvec, int stages, const DeviceInfo &dev) {
+ * up to 16 CTAs, whose chunks take at most max_threads threads of ring_resident_vpt vectors, with
+ * gamma's fp32 chunk and at least one stage of dy and x (up to `stages`) in shared memory. False
+ * when none fits. */
+bool plan_ring_resident(Plan &pl, int vec, int64_t nvec, int stages, int max_threads,
+                        const DeviceInfo &dev) {
   if (dev.cc_major < 9 || nvec < 1)
     return false;
   const int vpt = ring_resident_vpt(vec);
   int c = 1;
-  while (c <= 16 && ceil_div(nvec, c) > (int64_t)vpt * kMaxThreads)
+  while (c <= 16 && ceil_div(nvec, c) > (int64_t)vpt * max_threads)
     c *= 2;
   if (c > 16)
     return false;
@@ -502,15 +514,27 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * 16-bit rows from x with 1.5 rows an SM or more (sweeps 41-42, H200: N = 196608-262144 +6 to
    * +9 points over the stream tier at 512 rows; fp32 -6, from y -3 to -13; sweeps 42-43, bf16
    * 262144: 256 rows +4, 160 rows -0.9, 132 -2.4, 64 -6). */
+  const bool resident_rows = (tn.bwd_ring_resident == 1 && dtype_bytes(p->dtype) == 2 && !from_y &&
+                              2 * p->rows >= 3 * (int64_t)dev.sm_count) ||
+                             (kTuningBuild && tn.bwd_ring_resident == 2);
+  /* 16-bit rows with fp32 gamma: the register ring runs them 6-17 points below the same rows
+   * with 16-bit gamma (probe 47, H200: the same instructions and bytes, ncu run 46), the RESIDENT
+   * form in CTAs of 128 threads (four an SM) does not. Sweep 48 (H200, 2^27 elements, against
+   * the register ring): N = 5120 +8 to +9 points, 16384 +6 to +8, 32768 +10 to +11, 65536 +5 to
+   * +6 (256 threads: +7 to +9), 8192 -2 to -3; with 256 rows -3. Same-dtype gamma lost 3-8
+   * points (sweep 44). */
+  const bool resident_first = resident_rows && !warp_fits &&
+                              ((tn.bwd_resident_first == 1 && p->param_dtype == FNORM_DTYPE_F32 &&
+                                dtype_bytes(p->dtype) == 2) ||
+                               (kTuningBuild && tn.bwd_resident_first == 2));
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
-      (plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
+      ((resident_first &&
+        plan_ring_resident(pl, vec, nvec, tn.stages, tn.bwd_resident_threads, dev)) ||
+       plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
                  nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev) ||
-       (!warp_fits &&
-        ((tn.bwd_ring_resident == 1 && dtype_bytes(p->dtype) == 2 && !from_y &&
-          2 * p->rows >= 3 * (int64_t)dev.sm_count) ||
-         (kTuningBuild && tn.bwd_ring_resident == 2)) &&
-        plan_ring_resident(pl, vec, nvec, tn.stages, dev)))) {
+       (!warp_fits && resident_rows &&
+        plan_ring_resident(pl, vec, nvec, tn.stages, kMaxThreads, dev)))) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
