@@ -69,9 +69,13 @@ __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, cons
 }
 
 /* Per-row values the element loop needs. */
-__device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu, float &rs) {
+__device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu, float &rs,
+                                          int from_y) {
   rs = a.rstd[row];
-  mu = (a.layernorm && !a.from_y) ? a.mean[row] : 0.f;
+  mu = (a.layernorm && !from_y) ? a.mean[row] : 0.f;
+}
+__device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu, float &rs) {
+  row_stats(a, row, mu, rs, a.from_y);
 }
 
 /* Writes the dgamma/dbeta accumulators of the vectors a thread owns (t + k * blockDim.x of
@@ -540,10 +544,14 @@ __global__ void __launch_bounds__(512, 1)
  * RESIDENT +5 to +11 points at N = 5120-65536 save 8192 (-2 to -3); with 16-bit gamma it lost
  * 3-8 (sweep 44). Tuning builds have it for all dtypes and from y
  * (FNORM_TUNE_BWD_RING_RESIDENT=2). */
-template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false>
+template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false,
+          int FROM_Y = -1>
 __global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  /* FROM_Y >= 0: a.from_y known at compile time, so the kernel holds only its own element path
+   * (-1, tuning builds' other combinations: all three behind run-time branches). */
+  const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
   constexpr int EPT = VEC * VPT;
   constexpr int GPT = RESIDENT ? 1 : EPT; /* gamma held in registers */
   typedef Pack<T, VEC> V;
@@ -582,7 +590,7 @@ __global__ void __launch_bounds__(512, 1)
         issue(s, row);
     }
   const P *gamma = (const P *)a.gamma;
-  const P *beta = a.from_y ? (const P *)a.beta : nullptr;
+  const P *beta = from_y ? (const P *)a.beta : nullptr;
   const float inv_n = count_rcp((float)a.cols);
   /* RESIDENT: gamma's fp32 chunk, then beta's (BETA_SMEM); else beta's alone. */
   [[maybe_unused]] float *sgamma =
@@ -623,13 +631,13 @@ __global__ void __launch_bounds__(512, 1)
   /* The row's mean and rstd are loaded a row ahead, so their latency hides behind a row. */
   float cmu = 0.f, crs = 0.f;
   if (cluster_id < a.rows)
-    row_stats(a, cluster_id, cmu, crs);
+    row_stats(a, cluster_id, cmu, crs, from_y);
   int round = 0, xround = 0, s = 0;
   uint32_t phase = 0;
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
     const float mu = cmu, rs = crs;
     if (row + nclusters < a.rows)
-      row_stats(a, row + nclusters, cmu, crs);
+      row_stats(a, row + nclusters, cmu, crs, from_y);
     if (count > 0)
       mbar_wait(&full[s], phase);
     const V *sdy = ring + 2 * s * chunk_vecs, *sxy = sdy + chunk_vecs;
@@ -646,7 +654,7 @@ __global__ void __launch_bounds__(512, 1)
           load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);
         else
           load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
-        bwd_elems<VEC>(d, xv, gk, bt, mu, rs, a.from_y, xh, g);
+        bwd_elems<VEC>(d, xv, gk, bt, mu, rs, from_y, xh, g);
       };
       float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -718,7 +726,7 @@ __global__ void __launch_bounds__(512, 1)
           } else {
             load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
           }
-          bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, a.from_y, &xh[k * VEC], g);
+          bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, from_y, &xh[k * VEC], g);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
             p0[e & 3] += g[e];
@@ -958,25 +966,44 @@ static void (*bwd_warp_group(int group))(BwdParams) {
   }
 }
 
+/* The ring kernel for a.from_y: built with it fixed (FROM_Y) for the paths the library plans
+ * (from x; from y by __fdividef on 16-bit rows, by IEEE division on fp32 rows; the RESIDENT form
+ * from x only; beta from shared memory from y only), so that each kernel holds one element path.
+ * Tuning builds take their other combinations (FNORM_TUNE_BWD_FAST_DIV, _RING_RESIDENT=2) through
+ * the form that branches at run time; release builds have none (nullptr). */
+template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM, bool RESIDENT>
+static void (*bwd_ring_from(int from_y))(BwdParams, int64_t, int) {
+  constexpr int Y = sizeof(T) == 2 ? 2 : 1; /* the division the library uses from y */
+  if constexpr (!BETA_SMEM)
+    if (from_y == 0)
+      return bwd_ring_kernel<T, P, VEC, VPT, false, RESIDENT, 0>;
+  if constexpr (!RESIDENT)
+    if (from_y == Y)
+      return bwd_ring_kernel<T, P, VEC, VPT, BETA_SMEM, false, Y>;
+  if constexpr (kTuningBuild)
+    return bwd_ring_kernel<T, P, VEC, VPT, BETA_SMEM, RESIDENT, -1>;
+  return nullptr;
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws,
                                         cudaStream_t stream) {
   if (plan.tier == TIER_RING) {
     if constexpr (VEC * sizeof(T) == 16) {
       /* param_smem: beta from shared memory (from y; set by the dispatch where it fits). */
-      void (*k)(BwdParams, int64_t, int) = plan.param_smem
-                                               ? bwd_ring_kernel<T, P, VEC, kRingVpt, true>
-                                               : bwd_ring_kernel<T, P, VEC, kRingVpt, false>;
+      void (*k)(BwdParams, int64_t, int) =
+          plan.param_smem ? bwd_ring_from<T, P, VEC, kRingVpt, true, false>(a.from_y)
+                          : bwd_ring_from<T, P, VEC, kRingVpt, false, false>(a.from_y);
       int vpt = kRingVpt;
       if (plan.variant) { /* RESIDENT: planned on 16-bit rows (plan_backward) */
         constexpr int RV = ring_resident_vpt(VEC);
         k = nullptr;
         vpt = RV;
         if constexpr (kTuningBuild) /* (and from y, with beta from shared memory) */
-          k = plan.param_smem ? bwd_ring_kernel<T, P, VEC, RV, true, true>
-                              : bwd_ring_kernel<T, P, VEC, RV, false, true>;
+          k = plan.param_smem ? bwd_ring_from<T, P, VEC, RV, true, true>(a.from_y)
+                              : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y);
         else if constexpr (sizeof(T) == 2)
-          k = plan.param_smem ? nullptr : bwd_ring_kernel<T, P, VEC, RV, false, true>;
+          k = plan.param_smem ? nullptr : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y);
       }
       if (!k)
         return FNORM_ERR_UNSUPPORTED;
