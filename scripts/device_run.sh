@@ -30,7 +30,7 @@ for step in $steps; do
     ;;
   test)
     note "tests"
-    timeout 420 "$BUILD/tests/fnorm_tests" ${TEST_ARGS:-} >"$OUT/tests.log" 2>&1
+    timeout 560 "$BUILD/tests/fnorm_tests" ${TEST_ARGS:-} >"$OUT/tests.log" 2>&1
     note "tests rc=$?"
     grep -E "FAIL|skipped|passed" "$OUT/tests.log" | tail -40
     ;;
