@@ -174,7 +174,7 @@ Tuning tuning() {
   t.bwd_resident_threads = tune_knob("FNORM_TUNE_BWD_RESIDENT_THREADS", t.bwd_resident_threads);
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
       t.bwd_resident_threads % 32)
-    t.bwd_resident_threads = kMaxThreads;
+    t.bwd_resident_threads = 128; /* the default */
   if (t.fwd_warp_grid < 0 || t.fwd_warp_grid > 256)
     t.fwd_warp_grid = 0;
 #endif
