@@ -672,15 +672,7 @@ __global__ void __launch_bounds__(512, 1)
       if (!a.layernorm)
         sums[0] = 0.f;
       cta_sum<2>(sums, red, round);
-      if (csize > 1) {
-        const int slot =
-            cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), red, xround, csize);
-        sums[0] = sums[1] = 0.f;
-        for (int r = 0; r < csize; ++r) {
-          sums[0] += red.cta[slot][r].x;
-          sums[1] += red.cta[slot][r].y;
-        }
-      }
+      cluster_sum2(sums, red, xround, csize);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -753,15 +745,7 @@ __global__ void __launch_bounds__(512, 1)
         s = 0;
         phase ^= 1u;
       }
-      if (csize > 1) {
-        const int slot =
-            cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), red, xround, csize);
-        sums[0] = sums[1] = 0.f;
-        for (int r = 0; r < csize; ++r) {
-          sums[0] += red.cta[slot][r].x;
-          sums[1] += red.cta[slot][r].y;
-        }
-      }
+      cluster_sum2(sums, red, xround, csize);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {

@@ -726,6 +726,20 @@ __device__ __forceinline__ float cluster_sum(float v, RingRed &red, int &xround,
   return s;
 }
 
+/* The backward's two row sums over the cluster, in rank order, in place (csize may be 1). (Not
+ * cluster_sum twice: one exchange. Its `if` and cluster_sum's early return each keep their
+ * kernels' sm_90 machine code as it was measured.) */
+__device__ __forceinline__ void cluster_sum2(float (&v)[2], RingRed &red, int &xround, int csize) {
+  if (csize > 1) {
+    const int slot = cluster_exchange(make_float4(v[0], v[1], 0.f, 0.f), red, xround, csize);
+    v[0] = v[1] = 0.f;
+    for (int r = 0; r < csize; ++r) {
+      v[0] += red.cta[slot][r].x;
+      v[1] += red.cta[slot][r].y;
+    }
+  }
+}
+
 /* ---- host helpers ---- */
 struct DeviceInfo {
   int device;
