@@ -300,6 +300,12 @@ void expect(const Device &d, fnorm_dtype dt, fnorm_norm norm, int64_t rows, int6
          (long long)cols, what);
 }
 
+/* Rows of the main benchmark grid's problem of row length cols: M*N = 2^27 (at least one). */
+int64_t grid_rows(int64_t cols) {
+  const int64_t rows = ((int64_t)1 << 27) / cols;
+  return rows > 0 ? rows : 1;
+}
+
 fnorm_problem problem(fnorm_dtype dt, fnorm_norm norm, int64_t rows, int64_t cols) {
   fnorm_problem p;
   memset(&p, 0, sizeof p);
@@ -325,7 +331,7 @@ void check_choices() {
   for (int i = 0; i < 4; ++i)
     for (int nm = 0; nm < 2; ++nm) {
       const fnorm_norm norm = nm ? RMS : LN;
-      const int64_t rows = ((int64_t)1 << 27) / cl_cols[i];
+      const int64_t rows = grid_rows(cl_cols[i]);
       fnorm_problem p = problem(F32, norm, rows, cl_cols[i]);
       Plan pl = plan_backward(&p, 4, h200.info, false);
       expect(h200, F32, norm, rows, cl_cols[i], true,
@@ -362,7 +368,7 @@ void check_choices() {
         const fnorm_dtype dtype = dt ? BF16 : F32;
         const fnorm_norm norm = nm ? RMS : LN;
         const int vec = dt ? 8 : 4;
-        const int64_t rows = ((int64_t)1 << 27) / fcols[i];
+        const int64_t rows = grid_rows(fcols[i]);
         p = problem(dtype, norm, rows, fcols[i]);
         const Plan pl = plan_forward(&p, vec, h200.info);
         if (dtype == F32 && fcols[i] == 2048)
@@ -386,7 +392,7 @@ void check_choices() {
   for (int i = 0; i < 4; ++i)
     for (int nm = 0; nm < 2; ++nm) {
       const fnorm_norm norm = nm ? RMS : LN;
-      const int64_t rows = ((int64_t)1 << 27) / gcols[i];
+      const int64_t rows = grid_rows(gcols[i]);
       p = problem(BF16, norm, rows, gcols[i]);
       const int cap = norm == LN && gcols[i] == 512 ? 32 : 48;
       const Plan pl = plan_forward(&p, 8, h200.info);
@@ -400,7 +406,7 @@ void check_choices() {
   for (int i = 0; i < 4; ++i)
     for (int nm = 0; nm < 2; ++nm) {
       const fnorm_norm norm = nm ? RMS : LN;
-      const int64_t rows = ((int64_t)1 << 27) / ccols[i];
+      const int64_t rows = grid_rows(ccols[i]);
       p = problem(BF16, norm, rows, ccols[i]);
       const bool reg = norm == RMS && ccols[i] > 20480;
       expect(h200, BF16, norm, rows, ccols[i], false,
@@ -431,7 +437,7 @@ void check_choices() {
    * RESIDENT form; fp32, from y, or 160 rows: the stream tier (sweeps 41-43). */
   const int64_t scols[] = {196608, 262144};
   for (int i = 0; i < 2; ++i) {
-    const int64_t rows = ((int64_t)1 << 27) / scols[i];
+    const int64_t rows = grid_rows(scols[i]);
     p = problem(BF16, LN, rows, scols[i]);
     Plan pl = plan_backward(&p, 8, h200.info, false);
     expect(h200, BF16, LN, rows, scols[i], true, pl.tier == TIER_RING && pl.variant == 1,
@@ -455,7 +461,7 @@ void check_choices() {
    * rows the register ring. */
   const int64_t pcols[] = {5120, 16384, 32768, 65536};
   for (int i = 0; i < 4; ++i) {
-    const int64_t rows = ((int64_t)1 << 27) / pcols[i];
+    const int64_t rows = grid_rows(pcols[i]);
     p = problem(BF16, LN, rows, pcols[i]);
     p.param_dtype = FNORM_DTYPE_F32;
     Plan pl = plan_backward(&p, 8, h200.info, false);
@@ -476,7 +482,7 @@ void check_choices() {
   const int64_t rcols[] = {2048, 4096, 5120, 8192, 16384};
   const int rregs[] = {48, 48, 40, 40, 0};
   for (int i = 0; i < 5; ++i) {
-    const int64_t rows = ((int64_t)1 << 27) / rcols[i];
+    const int64_t rows = grid_rows(rcols[i]);
     p = problem(F32, RMS, rows, rcols[i]);
     Plan pl = plan_forward(&p, 4, h200.info);
     expect(h200, F32, RMS, rows, rcols[i], false,
@@ -524,8 +530,7 @@ int main(void) {
           for (size_t r = 0; r < sizeof some_rows / sizeof some_rows[0]; ++r)
             if (full || r % 3 == 0)
               check(d, pair, nm, some_rows[r], cols);
-          const int64_t grid_rows = ((int64_t)1 << 27) / cols;
-          check(d, pair, nm, grid_rows > 0 ? grid_rows : 1, cols);
+          check(d, pair, nm, grid_rows(cols), cols);
         }
       }
   check_choices();
