@@ -68,6 +68,20 @@ __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, cons
     g[e] = dy[e] * gm[e];
 }
 
+/* dx = rstd * (g - (s0 + xhat * s1) / N) of one element, with the row's factors folded once a
+ * row (c0 = rstd * s0 / N, c1 = rstd * s1 / N), so that an element costs two fused
+ * multiply-adds rather than two and two products. */
+struct DxRow {
+  float rs, c0, c1;
+};
+__device__ __forceinline__ DxRow dx_row(float rs, float s0, float s1, float inv_n) {
+  const float f = rs * inv_n;
+  return DxRow{rs, s0 * f, s1 * f};
+}
+__device__ __forceinline__ float dx_elem(const DxRow &r, float g, float xh) {
+  return fmaf(g, r.rs, -fmaf(xh, r.c1, r.c0));
+}
+
 /* Per-row values the element loop needs. */
 __device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu, float &rs,
                                           int from_y) {
@@ -301,6 +315,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     }
     if (!row_ok)
       continue;
+    const DxRow dr = dx_row(rs, sums[0], sums[1], inv_n);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = col0 + ((int64_t)k * GROUP + lane) * VEC;
@@ -309,7 +324,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
-          out[e] = rs * (g[j] - (sums[0] + xh[j] * sums[1]) * inv_n);
+          out[e] = dx_elem(dr, g[j], xh[j]);
           acc_g[j] += d[j] * xh[j];
           acc_b[j] += d[j];
         }
@@ -456,6 +471,7 @@ __global__ void __launch_bounds__(512, 1)
       s[0] = 0.f;
     row_sum<2>(s, red, round, lane * csplit, csplit);
     if (ok) {
+      const DxRow dr = dx_row(rs, s[0], s[1], inv_n);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -467,7 +483,7 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
-          out[e] = rs * (d[j] * gm[e] - (s[0] + xh[j] * s[1]) * inv_n);
+          out[e] = dx_elem(dr, d[j] * gm[e], xh[j]);
           acc_g[j] += d[j] * xh[j];
           acc_b[j] += d[j];
         }
@@ -673,6 +689,7 @@ __global__ void __launch_bounds__(512, 1)
         sums[0] = 0.f;
       cta_sum<2>(sums, red, round);
       cluster_sum2(sums, red, xround, csize);
+      const DxRow dr = dx_row(rs, sums[0], sums[1], inv_n);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -682,7 +699,7 @@ __global__ void __launch_bounds__(512, 1)
         elems(k, d, xh, g);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          out[e] = rs * (g[e] - (sums[0] + xh[e] * sums[1]) * inv_n);
+          out[e] = dx_elem(dr, g[e], xh[e]);
           acc_g[k * VEC + e] += d[e] * xh[e];
           acc_b[k * VEC + e] += d[e];
         }
@@ -724,11 +741,7 @@ __global__ void __launch_bounds__(512, 1)
             p0[e & 3] += g[e];
             p1[e & 3] = fmaf(g[e], xh[k * VEC + e], p1[e & 3]);
           }
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            d[k * VEC + e] = xh[k * VEC + e] = 0.f;
-        }
+        } /* (d and xh of vectors not the thread's are never read: no zeroing each row) */
       }
       float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
       if (!a.layernorm)
@@ -746,6 +759,7 @@ __global__ void __launch_bounds__(512, 1)
         phase ^= 1u;
       }
       cluster_sum2(sums, red, xround, csize);
+      const DxRow dr = dx_row(rs, sums[0], sums[1], inv_n);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -756,7 +770,7 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
-          out[e] = rs * (d[j] * gm[j] - (sums[0] + xh[j] * sums[1]) * inv_n);
+          out[e] = dx_elem(dr, d[j] * gm[j], xh[j]);
           acc_g[j] += d[j] * xh[j];
           acc_b[j] += d[j];
         }
@@ -855,14 +869,14 @@ __global__ void __launch_bounds__(256)
   for (int64_t row = r0; row < r1; ++row) {
     float mu, rs;
     row_stats(a, row, mu, rs);
-    const float s0 = rowsum[2 * row], s1 = rowsum[2 * row + 1];
+    const DxRow dr = dx_row(rs, rowsum[2 * row], rowsum[2 * row + 1], inv_n);
     float d[VEC], xv[VEC], xh[VEC], g[VEC], out[VEC];
     load_stream_f32<T, VEC>((const T *)a.dy + row * a.dy_stride + col, d);
     load_stream_f32<T, VEC>((const T *)a.xy + row * a.xy_stride + col, xv);
     bwd_elems<VEC>(d, xv, gm, bt, mu, rs, a.from_y, xh, g);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      out[e] = rs * (g[e] - (s0 + xh[e] * s1) * inv_n);
+      out[e] = dx_elem(dr, g[e], xh[e]);
       acc_g[e] += d[e] * xh[e];
       acc_b[e] += d[e];
     }
