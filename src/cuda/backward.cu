@@ -130,8 +130,10 @@ __device__ __forceinline__ RingRed &warp_cluster_red() {
  * distributed shared memory (cluster_exchange) in rank order, and each writes its chunk of the
  * cluster's partial row. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool PARAM_SMEM = false,
-          bool CLUSTER = false>
+          bool CLUSTER = false, int FROM_Y = -1>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
+  /* FROM_Y >= 0: a.from_y fixed at compile time (bwd_warp_from), as in bwd_ring_kernel. */
+  const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
   constexpr int EPT = VEC * VPT;
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
   constexpr int ROWS_PER_SPAN = SPAN / GROUP;
@@ -203,7 +205,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   if constexpr (PARAM_SMEM) {
     for (int64_t c = threadIdx.x; c < pcols; c += blockDim.x) {
       sparam[c] = gamma ? to_f32(gamma[col0 + c]) : 1.f;
-      if (a.from_y)
+      if (from_y)
         sparam[pcols + c] = beta ? to_f32(beta[col0 + c]) : 0.f;
     }
     __syncthreads();
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   if constexpr (STAGED)
     issue(0, first);
   if (first < a.rows)
-    row_stats(a, first, nmu, nrs);
+    row_stats(a, first, nmu, nrs, from_y);
 
   /* The loop bound is uniform over the CTA (its first row), so every lane reaches every
    * shuffle and barrier, and every warp passes as many named barriers as the others before the
@@ -226,7 +228,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     const bool row_ok = row < a.rows;
     const float mu = nmu, rs = nrs;
     if (row + step < a.rows) /* the next row's mean and rstd, a row ahead like its data */
-      row_stats(a, row + step, nmu, nrs);
+      row_stats(a, row + step, nmu, nrs, from_y);
     if constexpr (STAGED) {
       issue(stg ^ 1, row + step);
       cp_async_wait(1); /* this row's group has landed */
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           for (int q = 0; q < VEC / 4; ++q) {
             const float4 gv = *reinterpret_cast<const float4 *>(sparam + (col - col0) + 4 * q);
             gm[4 * q] = gv.x, gm[4 * q + 1] = gv.y, gm[4 * q + 2] = gv.z, gm[4 * q + 3] = gv.w;
-            if (a.from_y) {
+            if (from_y) {
               const float4 bv =
                   *reinterpret_cast<const float4 *>(sparam + pcols + (col - col0) + 4 * q);
               bt[4 * q] = bv.x, bt[4 * q + 1] = bv.y, bt[4 * q + 2] = bv.z, bt[4 * q + 3] = bv.w;
@@ -262,9 +264,9 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           }
         } else {
           load_param<P, VEC>(gamma, col, 1.f, gm);
-          load_param<P, VEC>(a.from_y ? beta : nullptr, col, 0.f, bt);
+          load_param<P, VEC>(from_y ? beta : nullptr, col, 0.f, bt);
         }
-        bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, a.from_y, &xh[k * VEC], &g[k * VEC]);
+        bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, from_y, &xh[k * VEC], &g[k * VEC]);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
@@ -926,39 +928,48 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-/* The warp tier's kernel for GROUP lanes a row, or nullptr where that form is not built. Rows
- * over 2, 4 or 8 warps (64, 128 or 256 lanes) need 16-byte vectors. 16-byte rows of a warp or
- * more read gamma/beta from shared memory (PARAM_SMEM, sweep 26); tuning builds also keep their
- * global-memory form, to compare (FNORM_TUNE_BWD_PARAM_SMEM=0). Shorter rows and rows of single
- * elements read global memory. */
-template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM, int GROUP>
-static void (*bwd_warp_built())(BwdParams) {
+/* The warp tier's kernel for GROUP lanes a row and a.from_y, or nullptr where that form is not
+ * built. Rows over 2, 4 or 8 warps (64, 128 or 256 lanes) need 16-byte vectors. 16-byte rows of a
+ * warp or more read gamma/beta from shared memory (PARAM_SMEM, sweep 26); tuning builds also keep
+ * their global-memory form, to compare (FNORM_TUNE_BWD_PARAM_SMEM=0). Shorter rows and rows of
+ * single elements read global memory. from_y as bwd_ring_from: fixed at compile time for the
+ * paths the library plans, the run-time form for tuning builds' other combinations. */
+template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM, int GROUP,
+          bool CLUSTER = false>
+static void (*bwd_warp_built(int from_y))(BwdParams) {
   constexpr bool WIDE = VEC * sizeof(T) == 16;
   constexpr bool BUILT =
       GROUP < 32 ? !PARAM_SMEM : (PARAM_SMEM || !WIDE || kTuningBuild) && (GROUP == 32 || WIDE);
-  if constexpr (BUILT)
-    return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM>;
+  constexpr int Y = sizeof(T) == 2 ? 2 : 1; /* the division the library uses from y */
+  if constexpr (BUILT) {
+    if (from_y == 0)
+      return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, CLUSTER, 0>;
+    if (from_y == Y)
+      return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, CLUSTER, Y>;
+    if constexpr (kTuningBuild)
+      return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, CLUSTER, -1>;
+  }
   return nullptr;
 }
 
 /* The same for `group` lanes a row (nullptr for any other count). */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM>
-static void (*bwd_warp_group(int group))(BwdParams) {
+static void (*bwd_warp_group(int group, int from_y))(BwdParams) {
   switch (group) {
   case 4:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 4>();
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 4>(from_y);
   case 8:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 8>();
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 8>(from_y);
   case 16:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 16>();
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 16>(from_y);
   case 32:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 32>();
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 32>(from_y);
   case 64:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 64>();
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 64>(from_y);
   case 128:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 128>();
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 128>(from_y);
   case 256:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 256>();
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 256>(from_y);
   default:
     return nullptr;
   }
@@ -1025,17 +1036,17 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
     constexpr int VPT = 16 / VEC;
     void (*k)(BwdParams) = nullptr;
     if (plan.vpt == VPT && !plan.param_smem)
-      k = bwd_warp_group<T, P, VEC, VPT, false>(plan.group);
+      k = bwd_warp_group<T, P, VEC, VPT, false>(plan.group, a.from_y);
     if constexpr (VEC * sizeof(T) == 16)
       if (plan.vpt == VPT && plan.param_smem)
-        k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group);
+        k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group, a.from_y);
     /* A cluster of 8-warp CTAs a row: fp32 rows (16-bit ones in tuning builds only). */
     const int cl = plan.cluster > 1 ? plan.cluster : 1;
     if (cl > 1) {
       k = nullptr;
       if constexpr (VEC * sizeof(T) == 16 && (sizeof(T) == 4 || kTuningBuild))
         if (plan.vpt == VPT && plan.group == 256 && plan.param_smem)
-          k = bwd_warp_kernel<T, P, VEC, 256, VPT, true, true>;
+          k = bwd_warp_built<T, P, VEC, VPT, true, 256, true>(a.from_y);
     }
     if (!k)
       return FNORM_ERR_UNSUPPORTED;
