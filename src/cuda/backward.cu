@@ -69,8 +69,8 @@ __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, cons
 }
 
 /* dx = rstd * (g - (s0 + xhat * s1) / N) of one element, with the row's factors folded once a
- * row (c0 = rstd * s0 / N, c1 = rstd * s1 / N), so that an element costs two fused
- * multiply-adds rather than two and two products. */
+ * row (c0 = rstd * s0 / N, c1 = rstd * s1 / N): two fused multiply-adds an element, where the
+ * unfolded form took four operations (A/B run AG1). */
 struct DxRow {
   float rs, c0, c1;
 };
@@ -132,7 +132,7 @@ __device__ __forceinline__ RingRed &warp_cluster_red() {
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool PARAM_SMEM = false,
           bool CLUSTER = false, int FROM_Y = -1>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
-  /* FROM_Y >= 0: a.from_y fixed at compile time (bwd_warp_from), as in bwd_ring_kernel. */
+  /* FROM_Y >= 0: a.from_y fixed at compile time (bwd_warp_built), as in bwd_ring_kernel. */
   const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
   constexpr int EPT = VEC * VPT;
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
@@ -933,7 +933,9 @@ __global__ void __launch_bounds__(1024)
  * warp or more read gamma/beta from shared memory (PARAM_SMEM, sweep 26); tuning builds also keep
  * their global-memory form, to compare (FNORM_TUNE_BWD_PARAM_SMEM=0). Shorter rows and rows of
  * single elements read global memory. from_y as bwd_ring_from: fixed at compile time for the
- * paths the library plans, the run-time form for tuning builds' other combinations. */
+ * paths the library plans, the run-time form for tuning builds' other combinations (A/B run AG1,
+ * H200: 16-bit N = 256-768 +1 to +9%, from y +1 to +5%, but 16-bit from x N = 1024-2048 -1 to
+ * -5% with the same registers and occupancy). */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM, int GROUP,
           bool CLUSTER = false>
 static void (*bwd_warp_built(int from_y))(BwdParams) {
