@@ -82,6 +82,11 @@ __device__ __forceinline__ float dx_elem(const DxRow &r, float g, float xh) {
   return fmaf(g, r.rs, -fmaf(xh, r.c1, r.c0));
 }
 
+/* The from-y mode the library plans for rows of T (BwdParams::from_y: 2, __fdividef, on 16-bit
+ * rows; 1, IEEE division, on fp32 ones; plan.fast_div), the one besides from x (0) that release
+ * builds compile the warp tier and the ring for. */
+template <typename T> constexpr int kPlannedFromY = sizeof(T) == 2 ? 2 : 1;
+
 /* Per-row values the element loop needs. */
 __device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float &mu, float &rs,
                                           int from_y) {
@@ -942,7 +947,7 @@ static void (*bwd_warp_built(int from_y))(BwdParams) {
   constexpr bool WIDE = VEC * sizeof(T) == 16;
   constexpr bool BUILT =
       GROUP < 32 ? !PARAM_SMEM : (PARAM_SMEM || !WIDE || kTuningBuild) && (GROUP == 32 || WIDE);
-  constexpr int Y = sizeof(T) == 2 ? 2 : 1; /* the division the library uses from y */
+  constexpr int Y = kPlannedFromY<T>;
   if constexpr (BUILT) {
     if (from_y == 0)
       return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, CLUSTER, 0>;
@@ -984,7 +989,7 @@ static void (*bwd_warp_group(int group, int from_y))(BwdParams) {
  * the form that branches at run time; release builds have none (nullptr). */
 template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM, bool RESIDENT>
 static void (*bwd_ring_from(int from_y))(BwdParams, int64_t, int) {
-  constexpr int Y = sizeof(T) == 2 ? 2 : 1; /* the division the library uses from y */
+  constexpr int Y = kPlannedFromY<T>;
   if constexpr (!BETA_SMEM)
     if (from_y == 0)
       return bwd_ring_kernel<T, P, VEC, VPT, false, RESIDENT, 0>;
