@@ -573,6 +573,19 @@ __device__ __forceinline__ LnCounts ln_counts(int values_thread, int64_t values_
   n.inv_ncta = n.ncta > 0.f ? count_rcp(n.ncta) : 0.f;
   return n;
 }
+/* The same where every thread holds EPT values (no thread's vector outside the chunk): the
+ * thread's and warp's counts are constants, and no shuffle is needed. */
+template <int EPT> __device__ __forceinline__ LnCounts ln_counts_full(int64_t values_cta) {
+  constexpr float nt = (float)EPT, nw = 32.f * (float)EPT;
+  LnCounts n;
+  n.nt = nt;
+  n.inv_nt = 1.f / nt;
+  n.nw = nw;
+  n.inv_nw = 1.f / nw;
+  n.ncta = (float)values_cta;
+  n.inv_ncta = values_cta > 0 ? count_rcp(n.ncta) : 0.f;
+  return n;
+}
 /* The combination half of cta_ln_stats, for values a thread has already reduced: its values
  * (n.nt of them) have mean base + rel and sum of squared deviations m2t (base a value near
  * them, rel a small offset, so that differences of nearby bases stay exact). The warp is

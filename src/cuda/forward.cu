@@ -55,14 +55,23 @@ __device__ __forceinline__ void store_row_stats(const FwdParams &a, int64_t row,
  * barrier: a lane reads back only its own copies), so two rows' loads are in flight a warp.
  * PARAM_SMEM (16-byte rows; planned on staged fp32 and 16-bit LayerNorm rows, sweep 29; on the
  * other 16-byte rows in tuning builds only): gamma and beta as fp32 in shared memory after the
- * stages, filled once a CTA, as the backward warp tier reads them. */
+ * stages, filled once a CTA, as the backward warp tier reads them.
+ * FULL (16-byte rows of exactly GROUP * VPT vectors, every row of the main grid): every lane's
+ * every vector lies in the row, so the kernel has no column test, no zeroed values and no
+ * masked sums; a group past the last row loads the last row (or, staged, reads whatever its
+ * slot holds) and stores nothing. Four partial sums keep each sum's chain short; LayerNorm
+ * keeps x - m1 in place and writes ((x - m1) * rstd - c * rstd) * gamma + beta, two fused
+ * multiply-adds an element. A/B runs AH1-AH2 (H200, 2^27 elements, against the tree before,
+ * builds alternated): 16-bit LayerNorm N = 768-2048 +1.2 to +2.2%, 256-512 +0.3 to +0.9%, the
+ * rest within 0.5%; graph preset (M = 4096) fp16 1024 LayerNorm +2.9%, RMSNorm +4%. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool STAGED = false,
-          bool PARAM_SMEM = false>
+          bool PARAM_SMEM = false, bool FULL = false>
 __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   constexpr int EPT = VEC * VPT;
   constexpr int ROWS_PER_WARP = 32 / GROUP;
   static_assert(!STAGED || VEC * sizeof(T) == 16, "staging copies 16-byte vectors");
   static_assert(!PARAM_SMEM || VEC % 4 == 0, "parameters from shared memory: 16-byte rows");
+  static_assert(!FULL || VEC * sizeof(T) == 16, "full rows: 16-byte vectors");
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   /* STAGED: stage s, vector k of thread t at (s * VPT + k) * blockDim.x + t. */
   Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem);
@@ -77,15 +86,15 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   const P *beta = (const P *)a.beta;
   const float inv_n = count_rcp((float)a.cols);
   auto slot = [&](int s, int k) { return stage + (s * VPT + k) * (int)blockDim.x + threadIdx.x; };
+  /* Whether vector k of the lane lies in the row (always, for FULL rows). */
+  auto in_row = [&](int k) { return FULL || ((int64_t)k * GROUP + lane) * VEC < a.cols; };
   /* Copies the thread's vectors of row `row` into stage s (one commit group, maybe empty). */
   auto issue = [&](int s, int64_t row) {
     if (row < a.rows)
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
-        if (col < a.cols)
-          cp_async_16(slot(s, k), x + row * a.x_stride + col);
-      }
+      for (int k = 0; k < VPT; ++k)
+        if (in_row(k))
+          cp_async_16(slot(s, k), x + row * a.x_stride + ((int64_t)k * GROUP + lane) * VEC);
     cp_async_commit();
   };
   [[maybe_unused]] float *sparam =
@@ -109,16 +118,18 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       issue(stg ^ 1, row + step);
       cp_async_wait(1); /* this row's group has landed */
     }
+    /* FULL rows load without a branch: a group past the last row reads the last row. */
+    const T *xr = x + (FULL && !row_ok ? a.rows - 1 : row) * a.x_stride;
     float v[EPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
-      if (row_ok && col < a.cols) {
+      if (FULL || (row_ok && in_row(k))) {
         if constexpr (STAGED) {
           const Pack<T, VEC> pk = *slot(stg, k); /* one access */
           unpack_f32<T, VEC>(pk, &v[k * VEC]);
         } else {
-          load_stream_f32<T, VEC>(x + row * a.x_stride + col, &v[k * VEC]);
+          load_stream_f32<T, VEC>(xr + col, &v[k * VEC]);
         }
       } else {
 #pragma unroll
@@ -127,38 +138,41 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
       }
     }
     stg ^= 1;
-    float rstd, mean_out = 0.f;
+    /* y = v * rstd + shift (then * gamma + beta): LayerNorm's v is x - m1 by then. */
+    float rstd, shift = 0.f, mean_out = 0.f;
+    float p[4] = {0.f, 0.f, 0.f, 0.f};
     if (a.layernorm) {
-      float s[2] = {0.f, 0.f};
 #pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        s[0] += v[j];
-      group_sum<GROUP, 2>(s);
+      for (int j = 0; j < EPT; ++j) /* (the first four terms start the sums: no 0 + x) */
+        p[j & 3] = j < 4 ? v[j] : p[j & 3] + v[j];
+      float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
+      group_sum<GROUP, 1>(s);
       const float m1 = s[0] * inv_n;
-      float t[2] = {0.f, 0.f};
+      float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        const bool ok = ((int64_t)k * GROUP + lane) * VEC < a.cols;
+        const bool ok = in_row(k);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const float d = ok ? v[k * VEC + e] - m1 : 0.f;
-          t[0] += d;
-          t[1] += d * d;
+          const int j = k * VEC + e;
+          v[j] -= m1;
+          const float d = ok ? v[j] : 0.f;
+          q1[j & 3] = j < 4 ? d : q1[j & 3] + d;
+          q2[j & 3] = j < 4 ? d * d : fmaf(d, d, q2[j & 3]);
         }
       }
+      float t[2] = {(q1[0] + q1[1]) + (q1[2] + q1[3]), (q2[0] + q2[1]) + (q2[2] + q2[3])};
       group_sum<GROUP, 2>(t);
       const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
-#pragma unroll
-      for (int j = 0; j < EPT; ++j)
-        v[j] = (v[j] - st.m1) - st.c;
       rstd = st.rstd;
+      shift = -st.c * st.rstd;
       mean_out = st.m1 + st.c;
     } else {
-      float s[2] = {0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < EPT; ++j)
-        s[0] += v[j] * v[j];
-      group_sum<GROUP, 2>(s);
+        p[j & 3] = j < 4 ? v[j] * v[j] : fmaf(v[j], v[j], p[j & 3]);
+      float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
+      group_sum<GROUP, 1>(s);
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
     if (!row_ok)
@@ -168,7 +182,7 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = ((int64_t)k * GROUP + lane) * VEC;
-      if (col < a.cols) {
+      if (in_row(k)) {
         float g[VEC], b[VEC], out[VEC];
         if constexpr (PARAM_SMEM) {
           load_smem_f32<VEC>(sparam + col, g);
@@ -179,7 +193,7 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
         }
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          out[e] = fmaf(v[k * VEC + e] * rstd, g[e], b[e]);
+          out[e] = fmaf(fmaf(v[k * VEC + e], rstd, shift), g[e], b[e]);
         store_vec<T, VEC>(y + row * a.y_stride + col, out);
       }
     }
@@ -206,7 +220,12 @@ template <typename T> constexpr int kRegWarpSum = sizeof(T) == 4 ? WARPS_LANES :
  * points slower (its next row's loads compiled to half-word inserts into the previous row's
  * registers right after each load, which wait for it: the prefetch stalled), so RMSNorm keeps
  * the run-time form, whose machine code did not change. */
-template <typename T, typename P, int VEC, int VPT, bool LN_ONLY = false, bool ONEBAR = false>
+/* FULL (planned on LayerNorm rows and 16-bit RMSNorm rows; see launch_forward_vec): every CTA's
+ * chunk is exactly blockDim.x * VPT vectors, so every thread owns all its vectors: no per-vector
+ * tests, and LayerNorm's chunk mean by a reciprocal taken once a kernel instead of an IEEE
+ * division every row. */
+template <typename T, typename P, int VEC, int VPT, bool LN_ONLY = false, bool ONEBAR = false,
+          bool FULL = false>
 __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_vecs) {
   const bool layernorm = LN_ONLY || a.layernorm;
   __shared__ RingRed red;
@@ -224,12 +243,16 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   int nmine = 0;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    mine[k] = threadIdx.x + (int64_t)k * blockDim.x < count;
+    mine[k] = FULL || threadIdx.x + (int64_t)k * blockDim.x < count;
     nmine += mine[k];
   }
   [[maybe_unused]] LnCounts counts = {};
-  if constexpr (ONEBAR)
+  if constexpr (ONEBAR && FULL) {
+    counts = ln_counts_full<VPT * VEC>(count * VEC);
+  } else if constexpr (ONEBAR) {
     counts = ln_counts(nmine * VEC, count * VEC);
+  }
+  [[maybe_unused]] const float inv_count = FULL ? 1.f / (float)(count * VEC) : 0.f;
   Pack<T, VEC> cur[VPT], nxt[VPT];
   auto load_row = [&](Pack<T, VEC>(&dst)[VPT], int64_t row) {
     const T *src = (const T *)a.x + row * a.x_stride + v0 * VEC;
@@ -284,7 +307,10 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
           p[(k * VEC + e) & 3] += x_at(k, e);
       float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
       cta_sum<1, kRegWarpSum<T>>(s, red, round);
-      mc = count > 0 ? s[0] / (float)(count * VEC) : 0.f;
+      if constexpr (FULL)
+        mc = s[0] * inv_count;
+      else
+        mc = count > 0 ? s[0] / (float)(count * VEC) : 0.f;
       float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
@@ -299,7 +325,7 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
       ChunkStats cs;
       cs.ref = mc;
       cs.n = (float)(count * VEC);
-      cs.c = count > 0 ? t[0] * count_rcp(cs.n) : 0.f;
+      cs.c = FULL ? t[0] * inv_count : count > 0 ? t[0] * count_rcp(cs.n) : 0.f;
       cs.m2 = t[1] - t[0] * cs.c;
       const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, a.eps);
       c = st.off;
@@ -345,9 +371,10 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   cluster_barrier(csize);
 }
 
-template <typename T, typename P, int VEC, int VPT, bool LN_ONLY = false, bool ONEBAR = false>
+template <typename T, typename P, int VEC, int VPT, bool LN_ONLY = false, bool ONEBAR = false,
+          bool FULL = false>
 __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
-  fwd_reg_body<T, P, VEC, VPT, LN_ONLY, ONEBAR>(a, chunk_vecs);
+  fwd_reg_body<T, P, VEC, VPT, LN_ONLY, ONEBAR, FULL>(a, chunk_vecs);
 }
 
 /* A CTA per row (16-byte vectors, rows one CTA of up to 1024 threads holds), the row in
@@ -362,7 +389,9 @@ __global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk
  * read marks them evict-last, the second evict-first): fewer registers, more resident CTAs.
  * (LayerNorm's counts taken after the row's loads instead of before them were 1.8 points
  * slower to 2.5 faster, by dtype: sweep 41.) */
-template <typename T, typename P, int VEC, int VPT, bool LN, bool REREAD>
+/* FULL: rows of exactly blockDim.x * VPT vectors (every row of the main grid), so every thread
+ * owns all VPT of its vectors: no tests, and the thread's and warp's counts are constants. */
+template <typename T, typename P, int VEC, int VPT, bool LN, bool REREAD, bool FULL = false>
 __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   __shared__ __align__(16) float warp[2][32][4];
   const int64_t nvec = a.cols / VEC;
@@ -370,10 +399,15 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   int nmine = 0;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    mine[k] = threadIdx.x + k * blockDim.x < nvec;
+    mine[k] = FULL || threadIdx.x + k * blockDim.x < nvec;
     nmine += mine[k];
   }
-  const LnCounts counts = ln_counts(nmine * VEC, nvec * VEC);
+  LnCounts counts;
+  if constexpr (FULL) {
+    counts = ln_counts_full<VPT * VEC>(a.cols);
+  } else {
+    counts = ln_counts(nmine * VEC, nvec * VEC);
+  }
   const float inv_n = count_rcp((float)a.cols);
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
@@ -471,9 +505,9 @@ __device__ __forceinline__ void fwd_cta_body(const FwdParams &a) {
   }
 }
 
-template <typename T, typename P, int VEC, int VPT, bool LN>
+template <typename T, typename P, int VEC, int VPT, bool LN, bool FULL = false>
 __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
-  fwd_cta_body<T, P, VEC, VPT, LN, false>(a);
+  fwd_cta_body<T, P, VEC, VPT, LN, false, FULL>(a);
 }
 
 /* The REREAD form at no more than REGS registers a thread (40: three CTAs of 512 threads an
@@ -724,38 +758,50 @@ __global__ void __launch_bounds__(512, MINB)
 }
 
 /* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none); PSM:
- * the experimental form with gamma/beta in shared memory (tuning builds only). */
-template <typename T, typename P, int VEC, int VPT, bool STAGED, bool PSM = false>
+ * the experimental form with gamma/beta in shared memory (tuning builds only); FULL: rows of
+ * exactly group * VPT vectors. */
+template <typename T, typename P, int VEC, int VPT, bool STAGED, bool PSM = false,
+          bool FULL = false>
 static void (*fwd_warp_group(int group))(FwdParams) {
   switch (group) {
   case 32:
-    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 32, VPT, STAGED, PSM, FULL>;
   case 16:
-    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 16, VPT, STAGED, PSM, FULL>;
   case 8:
-    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 8, VPT, STAGED, PSM, FULL>;
   case 4:
-    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED, PSM>;
+    return fwd_warp_kernel<T, P, VEC, 4, VPT, STAGED, PSM, FULL>;
   default:
     return nullptr;
   }
 }
 
 /* The warp tier's kernel for the plan's lanes a row and vectors a lane (nullptr if none). */
-template <typename T, typename P, int VEC, bool STAGED, bool PSM = false>
+template <typename T, typename P, int VEC, bool STAGED, bool PSM = false, bool FULL = false>
 static void (*fwd_warp_pick(const Plan &plan))(FwdParams) {
   if (plan.vpt == 8 && plan.group == 32) {
     if constexpr (!STAGED) /* plan_forward stages up to 4 vectors a lane */
-      return fwd_warp_kernel<T, P, VEC, 32, 8, false, PSM>;
+      return fwd_warp_kernel<T, P, VEC, 32, 8, false, PSM, FULL>;
     return nullptr;
   }
   if (plan.vpt == 4)
-    return fwd_warp_group<T, P, VEC, 4, STAGED, PSM>(plan.group);
+    return fwd_warp_group<T, P, VEC, 4, STAGED, PSM, FULL>(plan.group);
   if constexpr (VEC > 1) {
     if (plan.vpt == 3)
-      return fwd_warp_group<T, P, VEC, 3, STAGED, PSM>(plan.group);
+      return fwd_warp_group<T, P, VEC, 3, STAGED, PSM, FULL>(plan.group);
   }
   return nullptr;
+}
+
+/* The same with FULL chosen by the row: 16-byte rows of exactly the plan's lanes times vectors
+ * take the form without column tests. */
+template <typename T, typename P, int VEC, bool STAGED, bool PSM = false>
+static void (*fwd_warp_pick_full(const Plan &plan, int64_t cols))(FwdParams) {
+  if constexpr (VEC * sizeof(T) == 16)
+    if (cols == (int64_t)plan.group * plan.vpt * VEC)
+      return fwd_warp_pick<T, P, VEC, STAGED, PSM, true>(plan);
+  return fwd_warp_pick<T, P, VEC, STAGED, PSM>(plan);
 }
 
 /* fwd_cta_reread_kernel at a register budget the plan names (nullptr if none). */
@@ -775,7 +821,12 @@ static void (*fwd_cta_reread_pick(int regs))(FwdParams) {
  * x again for y. Release builds have the reread forms plan_forward asks for (fp32 RMSNorm, 16
  * elements a thread), tuning builds all (nullptr if none). */
 template <typename T, typename P, int VEC, int VPT>
-static void (*fwd_cta_pick(bool ln, int reread))(FwdParams) {
+static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
+  /* FULL on LayerNorm rows: A/B run AH1 (H200, 2^27 elements): 16-bit N = 5120-32768 +1.1 to
+   * +8.4%, fp32 8192 and 32768 +1.1 and +4.2%; RMSNorm was level (-1 to +0.7%), so it keeps the
+   * one form. */
+  if (!reread && full && ln)
+    return fwd_cta_kernel<T, P, VEC, VPT, true, true>;
   if (!reread)
     return ln ? fwd_cta_kernel<T, P, VEC, VPT, true> : fwd_cta_kernel<T, P, VEC, VPT, false>;
   if constexpr (kTuningBuild)
@@ -814,16 +865,17 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     /* param_smem: planned on staged rows (other 16-byte rows in tuning builds only); gamma and
      * beta then follow the stages in shared memory as fp32. */
     const bool psm = plan.param_smem != 0;
-    void (*k)(FwdParams) = psm ? nullptr : fwd_warp_pick<T, P, VEC, false>(plan);
+    void (*k)(FwdParams) = psm ? nullptr : fwd_warp_pick_full<T, P, VEC, false>(plan, a.cols);
     size_t smem = 0;
     if constexpr (VEC * sizeof(T) == 16) {
       if (plan.staged) { /* two stages of vpt 16-byte vectors a thread */
-        k = psm ? fwd_warp_pick<T, P, VEC, true, true>(plan) : fwd_warp_pick<T, P, VEC, true>(plan);
+        k = psm ? fwd_warp_pick_full<T, P, VEC, true, true>(plan, a.cols)
+                : fwd_warp_pick_full<T, P, VEC, true>(plan, a.cols);
         smem = (size_t)2 * plan.vpt * plan.threads * 16;
       }
       if constexpr (kTuningBuild)
         if (psm && !plan.staged)
-          k = fwd_warp_pick<T, P, VEC, false, true>(plan);
+          k = fwd_warp_pick_full<T, P, VEC, false, true>(plan, a.cols);
       if (psm)
         smem += (size_t)2 * a.cols * sizeof(float);
     }
@@ -835,12 +887,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     if constexpr (VEC * sizeof(T) == 16) {
       constexpr int V1 = kCtaMinVpt<T>;
       void (*k)(FwdParams) = nullptr;
+      /* Rows of exactly the CTA's threads times vectors: the form without tests. */
+      const bool full = a.cols == (int64_t)plan.threads * plan.vpt * VEC;
       if (plan.vpt == V1)
-        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread);
+        k = fwd_cta_pick<T, P, VEC, V1>(a.layernorm != 0, plan.reread, full);
       else if (plan.vpt == 2 * V1)
-        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread);
+        k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread, full);
       else if (plan.vpt == 4 * V1)
-        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread);
+        k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread, full);
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }
@@ -858,14 +912,33 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
     /* LayerNorm rows: the LayerNorm-only form; RMSNorm rows: the run-time form. */
+    /* full: every CTA's chunk exactly its threads' vectors. The FULL forms, on LayerNorm rows
+     * and 16-bit RMSNorm rows: A/B runs AH2-AH3 (H200, 2^27 elements, builds alternated),
+     * LayerNorm 16-bit N = 24576-262144 +6 to +18%, fp32 +4 to +38% (262144: 63% -> 87% of the
+     * copy), 64 rows of 65536-262144 +8 to +16%; 16-bit RMSNorm +1 to +13% (bf16 32768 -1.1%);
+     * fp32 RMSNorm lost 18-29% at N = 40960-262144 (the stall of the RMSNorm-only form above),
+     * so it keeps the form with tests. */
+    const bool full = VEC * sizeof(T) == 16 && plan.chunk == (int64_t)plan.threads * VPT &&
+                      a.cols == plan.chunk * plan.cluster * VEC;
     void (*k)(FwdParams, int64_t) =
         a.layernorm ? fwd_reg_kernel<T, P, VEC, VPT, true> : fwd_reg_kernel<T, P, VEC, VPT, false>;
+    if constexpr (VEC * sizeof(T) == 16) {
+      if (full && a.layernorm)
+        k = fwd_reg_kernel<T, P, VEC, VPT, true, false, true>;
+      if constexpr (sizeof(T) == 2)
+        if (full && !a.layernorm)
+          k = fwd_reg_kernel<T, P, VEC, VPT, false, false, true>;
+    }
     /* ONEBAR: planned on fp32 LayerNorm rows (tuning builds: on all LayerNorm rows). */
     if (plan.variant) {
       k = nullptr;
       if constexpr (sizeof(T) == 4 || kTuningBuild)
-        if (a.layernorm)
+        if (a.layernorm) {
           k = fwd_reg_kernel<T, P, VEC, VPT, true, true>;
+          if constexpr (VEC * sizeof(T) == 16)
+            if (full)
+              k = fwd_reg_kernel<T, P, VEC, VPT, true, true, true>;
+        }
     }
     if (k && plan.vpt == VPT)
       return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
