@@ -134,8 +134,11 @@ __device__ __forceinline__ RingRed &warp_cluster_red() {
  * row, each CTA owning an even chunk of its vectors; the CTAs add their sums through
  * distributed shared memory (cluster_exchange) in rank order, and each writes its chunk of the
  * cluster's partial row. */
+/* FULL (16-byte rows of exactly GROUP * VPT vectors, no cluster): every lane's every vector lies
+ * in the row, so the kernel has no column tests and no zeroed values; a group past the last row
+ * reads whatever its stage slot holds and neither stores nor accumulates. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool PARAM_SMEM = false,
-          bool CLUSTER = false, int FROM_Y = -1>
+          bool CLUSTER = false, int FROM_Y = -1, bool FULL = false>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   /* FROM_Y >= 0: a.from_y fixed at compile time (bwd_warp_built), as in bwd_ring_kernel. */
   const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
@@ -164,6 +167,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   __shared__ float xchg[2][WARPS_PER_ROW > 1 ? 8 : 1][2]; /* [row parity][warp in CTA][sum] */
   int parity = 0;
   constexpr bool STAGED = VEC * sizeof(T) == 16;
+  static_assert(!FULL || (STAGED && !CLUSTER), "full rows: 16-byte rows, no cluster");
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   /* STAGED: stage s, array r (0 dy, 1 x or y), vector k of thread t at
    * ((s * 2 + r) * VPT + k) * blockDim.x + t; afterwards blockDim.x * EPT floats for the fold. */
@@ -193,7 +197,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         const int64_t col = col0 + ((int64_t)k * GROUP + lane) * VEC;
-        if (col < col_end) {
+        if (FULL || col < col_end) {
           cp_async_16(slot(s, 0, k), dy + row * a.dy_stride + col);
           cp_async_16(slot(s, 1, k), xy + row * a.xy_stride + col);
         }
@@ -243,7 +247,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = col0 + ((int64_t)k * GROUP + lane) * VEC;
-      if (row_ok && col < col_end) {
+      if (FULL || (row_ok && col < col_end)) {
         float xv[VEC], gm[VEC], bt[VEC];
         if constexpr (STAGED) {
           const Pack<T, VEC> pd = *slot(stg, 0, k), px = *slot(stg, 1, k);
@@ -326,7 +330,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int64_t col = col0 + ((int64_t)k * GROUP + lane) * VEC;
-      if (col < col_end) {
+      if (FULL || col < col_end) {
         float out[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -943,12 +947,24 @@ __global__ void __launch_bounds__(1024)
  * -5% with the same registers and occupancy). */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM, int GROUP,
           bool CLUSTER = false>
-static void (*bwd_warp_built(int from_y))(BwdParams) {
+static void (*bwd_warp_built(int from_y, bool full = false))(BwdParams) {
   constexpr bool WIDE = VEC * sizeof(T) == 16;
   constexpr bool BUILT =
       GROUP < 32 ? !PARAM_SMEM : (PARAM_SMEM || !WIDE || kTuningBuild) && (GROUP == 32 || WIDE);
   constexpr int Y = kPlannedFromY<T>;
   if constexpr (BUILT) {
+    /* Rows of exactly GROUP * VPT vectors: the form without column tests, on fp32 rows and on
+     * 16-bit rows of one warp. A/B run AH1 (H200, 2^27 elements, builds alternated): fp32 N =
+     * 256-4096 +0.1 to +0.8%, 16-bit N = 512 (32 lanes) +1.7 to +2.4%; but 16-bit 256 (16
+     * lanes) -0.9 to -2.2%, 2048 (4 warps) -0.6 to -1.3%, 4096 (8 warps) -4.8 to -6.9%, with
+     * registers and occupancy unchanged. */
+    if constexpr (WIDE && !CLUSTER && (sizeof(T) == 4 || GROUP == 32))
+      if (full) {
+        if (from_y == 0)
+          return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, false, 0, true>;
+        if (from_y == Y)
+          return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, false, Y, true>;
+      }
     if (from_y == 0)
       return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, CLUSTER, 0>;
     if (from_y == Y)
@@ -961,22 +977,22 @@ static void (*bwd_warp_built(int from_y))(BwdParams) {
 
 /* The same for `group` lanes a row (nullptr for any other count). */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM>
-static void (*bwd_warp_group(int group, int from_y))(BwdParams) {
+static void (*bwd_warp_group(int group, int from_y, bool full))(BwdParams) {
   switch (group) {
   case 4:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 4>(from_y);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 4>(from_y, full);
   case 8:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 8>(from_y);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 8>(from_y, full);
   case 16:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 16>(from_y);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 16>(from_y, full);
   case 32:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 32>(from_y);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 32>(from_y, full);
   case 64:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 64>(from_y);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 64>(from_y, full);
   case 128:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 128>(from_y);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 128>(from_y, full);
   case 256:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 256>(from_y);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 256>(from_y, full);
   default:
     return nullptr;
   }
@@ -1042,11 +1058,14 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;
     void (*k)(BwdParams) = nullptr;
+    /* 16-byte rows of exactly the plan's lanes times vectors (no cluster): no column tests. */
+    const bool full = VEC * sizeof(T) == 16 && plan.cluster <= 1 &&
+                      a.cols == (int64_t)plan.group * plan.vpt * VEC;
     if (plan.vpt == VPT && !plan.param_smem)
-      k = bwd_warp_group<T, P, VEC, VPT, false>(plan.group, a.from_y);
+      k = bwd_warp_group<T, P, VEC, VPT, false>(plan.group, a.from_y, full);
     if constexpr (VEC * sizeof(T) == 16)
       if (plan.vpt == VPT && plan.param_smem)
-        k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group, a.from_y);
+        k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group, a.from_y, full);
     /* A cluster of 8-warp CTAs a row: fp32 rows (16-bit ones in tuning builds only). */
     const int cl = plan.cluster > 1 ? plan.cluster : 1;
     if (cl > 1) {
