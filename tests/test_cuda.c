@@ -232,6 +232,13 @@ static void cuda_sizes(void) {
                                         {3, 1, 256}, {4, 1, 512}};
     static const case_shape one_warp[] = {{3, 0, 1024}, {1, 1, 768}, {4, 1, 2048}, {2, 0, 1024}};
     forward_cases(staged, (int)(sizeof staged / sizeof staged[0]), STAGED_TIER_ROWS, 2);
+    /* Staged rows that fill their 8 or 16 lanes exactly (the FULL form), with rows not a
+     * multiple of the rows a warp takes: the last warp's groups read stale stage slots and
+     * must write nothing. */
+    {
+      static const case_shape staged_full[] = {{3, 0, 256}, {2, 1, 512}};
+      forward_cases(staged_full, 2, STAGED_TIER_ROWS + 3, 0);
+    }
     forward_cases(one_warp, (int)(sizeof one_warp / sizeof one_warp[0]), ONE_WARP_ROWS, 1);
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
@@ -285,11 +292,13 @@ static void cuda_sizes(void) {
 static void cuda_rows(void) {
   static const int64_t rows[] = {1, 2, 3, 7, 64, 127, 1000, 4097};
   /* 1024, 2048 and 4096: the backward warp tier with a row over 2, 4 and 8 warps, whose CTAs
-   * get uneven rows when M is small. */
-  static const int64_t cols[] = {64, 1024, 2048, 4096, 4097};
+   * get uneven rows when M is small. 256 and 512: rows that fill 8 or 16 lanes exactly (the
+   * warp tiers' FULL forms), several to a warp, the last warp's groups partly past the last row
+   * when M is not a multiple. */
+  static const int64_t cols[] = {64, 1024, 2048, 4096, 4097, 256, 512};
   int r, s, v;
   group_begin("cuda-rows: M from 1 to 4097 (dgamma/dbeta reductions across blocks)");
-  for (s = 0; s < 5; s++)
+  for (s = 0; s < 7; s++)
     for (r = 0; r < 8; r++)
       for (v = 0; v < 2; v++) {
         tcase c = v == 0 ? tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32,
