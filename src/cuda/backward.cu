@@ -18,6 +18,8 @@
  *                    memory, a row ahead, and rows of a warp or more read gamma/beta from
  *                    shared memory. On sm_90, fp32 rows of up to 8 x 256 * VPT vectors (N =
  *                    32768) over a cluster of such 8-warp CTAs (one partial per cluster).
+ *                    A FULL form, without per-vector tests, takes rows the lanes' vectors fill
+ *                    exactly: fp32 rows and 16-bit rows of one warp (A/B runs AH1-AH3).
  *  bwd_ring_kernel   sm_90, 16-byte vectors, longer rows up to 16 * 1024 vectors (131072
  *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
  *                    streamed through a ring of shared-memory stages by bulk copies, the

@@ -20,6 +20,9 @@
  *  fwd_stream_kernel  fp32 vector rows too long for the register kernel (16-bit ones take
  *                     fwd_row_kernel): each CTA streams its chunk once for the statistics and
  *                     once for y, the second pass mostly from L2.
+ * fwd_warp_kernel, fwd_cta_kernel and fwd_reg_kernel also have a FULL form, for rows that their
+ * threads' vectors fill exactly (every row of the benchmark grid): no per-vector tests. The
+ * launcher picks it where A/B runs AH1-AH3 measured it faster (see each kernel).
  *
  * Statistics, all in fp32 and in fixed orders. LayerNorm in the register tiers: each thread
  * centres its values on their own mean and the lanes, warps and a cluster's CTAs are combined
