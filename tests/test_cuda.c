@@ -240,6 +240,12 @@ static void cuda_sizes(void) {
       forward_cases(staged_full, 2, STAGED_TIER_ROWS + 3, 0);
     }
     forward_cases(one_warp, (int)(sizeof one_warp / sizeof one_warp[0]), ONE_WARP_ROWS, 1);
+    /* fp32 LayerNorm rows of 2048-4096 with 64 rows an SM: the CTA-per-row kernel reading x
+     * again for y (its FULL form). */
+    {
+      static const case_shape reread_ln[] = {{0, 0, 2048}, {0, 0, 4096}};
+      forward_cases(reread_ln, 2, ONE_WARP_ROWS, 1);
+    }
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
    * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last

@@ -119,10 +119,13 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require((int64_t)pl.threads * pl.vpt >= nvec, "forward CTA-per-row kernel: row covered");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward CTA-per-row kernel: a CTA a row");
     require(pl.reread == 0 || kTuningBuild ||
-                (p.dtype == FNORM_DTYPE_F32 && p.norm == FNORM_RMSNORM && p.cols <= 8192 &&
-                 pl.vpt == 4 && pl.reread == (p.cols <= 4096 ? 48 : 40)),
-            "forward CTA-per-row kernel: x read again for y only on fp32 RMSNorm rows of up to "
-            "8192, 16 elements a thread, in 48 or 40 registers");
+                (p.dtype == FNORM_DTYPE_F32 && p.cols <= 8192 && pl.vpt == 4 &&
+                 pl.reread == (p.cols <= 4096 ? 48 : 40) &&
+                 (p.norm == FNORM_RMSNORM ||
+                  (p.cols <= 4096 && nvec % 128 == 0 && p.rows >= 64 * dev.sm_count))),
+            "forward CTA-per-row kernel: x read again for y only on fp32 rows of up to 8192 "
+            "(LayerNorm: up to 4096, full, 64 rows an SM), 16 elements a thread, in 48 or 40 "
+            "registers");
     break;
   case MODE_REG:
     require(pl.vpt == fwd_reg_vpt(vec), "forward register kernel: its vectors a thread");
@@ -478,7 +481,9 @@ void check_choices() {
            plan_backward(&p, 8, h200.info, false).variant == 0, "bf16 gamma: the register ring");
   }
   /* Forward CTA-per-row kernel: x read again for y on fp32 RMSNorm rows of 2048-8192 (sweep
-   * 35), in 48 registers up to 4096, 40 beyond; not at 16384, not LayerNorm, not 16-bit. */
+   * 35), in 48 registers up to 4096, 40 beyond; on fp32 LayerNorm rows of 2048-4096 (A/B run
+   * AH5) with 64 rows an SM, in 48; not at 16384, not LayerNorm past 4096 or with few rows, not
+   * 16-bit. */
   const int64_t rcols[] = {2048, 4096, 5120, 8192, 16384};
   const int rregs[] = {48, 48, 40, 40, 0};
   for (int i = 0; i < 5; ++i) {
@@ -489,8 +494,12 @@ void check_choices() {
            pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
            rregs[i] ? "x read again for y" : "the row held in registers");
     p = problem(F32, LN, rows, rcols[i]);
-    expect(h200, F32, LN, rows, rcols[i], false, plan_forward(&p, 4, h200.info).reread == 0,
-           "the row held in registers");
+    const int ln_regs = rcols[i] <= 4096 ? 48 : 0;
+    expect(h200, F32, LN, rows, rcols[i], false, plan_forward(&p, 4, h200.info).reread == ln_regs,
+           ln_regs ? "x read again for y" : "the row held in registers");
+    p = problem(F32, LN, 4096, rcols[i]);
+    expect(h200, F32, LN, 4096, rcols[i], false, plan_forward(&p, 4, h200.info).reread == 0,
+           "4096 rows: the row held in registers");
     p = problem(BF16, RMS, rows, rcols[i]);
     expect(h200, BF16, RMS, rows, rcols[i], false, plan_forward(&p, 8, h200.info).reread == 0,
            "the row held in registers");

@@ -517,9 +517,9 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
  * SM; tuning builds also have 32 and 48). (Sweeps 38 and 40 also capped the form that holds
  * the row, at 32-48 registers and 8-16 elements a thread: no gain anywhere, and up to 37 points
  * lost.) */
-template <typename T, typename P, int VEC, int VPT, bool LN, int REGS>
+template <typename T, typename P, int VEC, int VPT, bool LN, int REGS, bool FULL = false>
 __global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
-  fwd_cta_body<T, P, VEC, VPT, LN, true>(a);
+  fwd_cta_body<T, P, VEC, VPT, LN, true, FULL>(a);
 }
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
@@ -808,15 +808,15 @@ static void (*fwd_warp_pick_full(const Plan &plan, int64_t cols))(FwdParams) {
 }
 
 /* fwd_cta_reread_kernel at a register budget the plan names (nullptr if none). */
-template <typename T, typename P, int VEC, int VPT, bool LN>
+template <typename T, typename P, int VEC, int VPT, bool LN, bool FULL = false>
 static void (*fwd_cta_reread_pick(int regs))(FwdParams) {
   if (regs == 40)
-    return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 40>;
+    return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 40, FULL>;
   if (regs == 48)
-    return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 48>;
+    return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 48, FULL>;
   if constexpr (kTuningBuild)
     if (regs == 32)
-      return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 32>;
+      return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 32, FULL>;
   return nullptr;
 }
 
@@ -835,9 +835,13 @@ static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
   if constexpr (kTuningBuild)
     return ln ? fwd_cta_reread_pick<T, P, VEC, VPT, true>(reread)
               : fwd_cta_reread_pick<T, P, VEC, VPT, false>(reread);
-  if constexpr (sizeof(T) == 4 && VPT == 2 * kCtaMinVpt<T>)
-    if (!ln)
-      return fwd_cta_reread_pick<T, P, VEC, VPT, false>(reread);
+  /* fp32 LayerNorm rows are planned for it only when full (the FULL form); RMSNorm rows keep
+   * the form with tests (A/B run AH5: its FULL form lost 9-11% at N = 5120-8192). */
+  if constexpr (sizeof(T) == 4 && VPT == 2 * kCtaMinVpt<T>) {
+    if (ln)
+      return full ? fwd_cta_reread_pick<T, P, VEC, VPT, true, true>(reread) : nullptr;
+    return fwd_cta_reread_pick<T, P, VEC, VPT, false>(reread);
+  }
   return nullptr;
 }
 

@@ -388,8 +388,17 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
      * elements): N = 2048 94% -> 99% of the copy, 4096 93% -> 99%, 8192 92% -> 99%; 16384
      * (1024 threads a CTA) 93% -> 77%. LayerNorm, and 16-bit rows (which spill within 40 or 48
      * registers), gained at most 1.7 points anywhere and mostly lost (sweeps 33 and 35). */
-    const bool reread = tn.fwd_reread == 2 || (tn.fwd_reread == 1 && p->dtype == FNORM_DTYPE_F32 &&
-                                               p->norm == FNORM_RMSNORM && p->cols <= 8192);
+    /* fp32 LayerNorm rows of up to 4096 and of a multiple of 128 vectors (threads of 16
+     * elements fill them exactly: the kernel's FULL form), with 64 rows an SM or more, too (the
+     * loss above predates run Y2's reciprocals and the FULL form): A/B run AH5 (H200, 2^27
+     * elements) N = 2048 +7.5% (93% -> 100% of the copy), 3072 +3.2%, 4096 +7.8% (93% ->
+     * 99.7%); 5120-8192 (40 registers) -1 to -3%, and 4096 rows of 2048 -8.7% (rows between
+     * 4096 and 32768 were not measured; the bound is the one-warp CTAs' rule). */
+    const bool ln_reread = p->norm == FNORM_LAYERNORM && p->cols <= 4096 &&
+                           (p->cols / vec) % (32 * 4) == 0 && p->rows >= 64 * (int64_t)dev.sm_count;
+    const bool reread =
+        tn.fwd_reread == 2 || (tn.fwd_reread == 1 && p->dtype == FNORM_DTYPE_F32 &&
+                               ((p->norm == FNORM_RMSNORM && p->cols <= 8192) || ln_reread));
     int ept = p->dtype == FNORM_DTYPE_F32 && p->norm == FNORM_LAYERNORM && p->cols <= 4096
                   ? tn.fwd_ept_ln32
                   : tn.fwd_ept;
