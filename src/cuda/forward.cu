@@ -832,8 +832,9 @@ static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
     return fwd_cta_kernel<T, P, VEC, VPT, true, true>;
   if (!reread)
     return ln ? fwd_cta_kernel<T, P, VEC, VPT, true> : fwd_cta_kernel<T, P, VEC, VPT, false>;
-  if constexpr (kTuningBuild)
-    return ln ? fwd_cta_reread_pick<T, P, VEC, VPT, true>(reread)
+  if constexpr (kTuningBuild) /* (full LayerNorm rows: the same form as release builds) */
+    return ln ? (full ? fwd_cta_reread_pick<T, P, VEC, VPT, true, true>(reread)
+                      : fwd_cta_reread_pick<T, P, VEC, VPT, true>(reread))
               : fwd_cta_reread_pick<T, P, VEC, VPT, false>(reread);
   /* fp32 LayerNorm rows are planned for it only when full (the FULL form); RMSNorm rows keep
    * the form with tests (A/B run AH5: its FULL form lost 9-11% at N = 5120-8192). */
