@@ -246,6 +246,28 @@ static void cuda_sizes(void) {
       static const case_shape reread_ln[] = {{0, 0, 2048}, {0, 0, 4096}};
       forward_cases(reread_ln, 2, ONE_WARP_ROWS, 1);
     }
+    /* The CTA-per-row kernel's lean form (two CTAs of up to 1024 threads an SM, x read again
+     * for y): 16-bit RMSNorm rows past 16384 (also with fp32 gamma), 16-bit-gamma RMSNorm rows
+     * of 8193-16384, and fp32 RMSNorm rows of 8193-16384, from 2 rows an SM (CTA_TIER_ROWS);
+     * rows that fill the threads exactly (the FULL form) and rows that do not (20000, 12000).
+     * Under --quick the first alone. */
+    {
+      static const case_shape lean[] = {{3, 1, 20000}, {1, 1, 12288}, {2, 1, 24576},
+                                        {4, 1, 32768}, {0, 1, 12000}, {0, 1, 16384}};
+      forward_cases(lean, (int)(sizeof lean / sizeof lean[0]), CTA_TIER_ROWS, 1);
+    }
+    /* ... and 16-bit-gamma RMSNorm rows of 2049-8192 from 2^25 elements on (8192 rows of 4096,
+     * 5600 of 6000, 4096 of 8192), and 16-bit-gamma LayerNorm rows of 2049-4096 with 64 rows an
+     * SM (ONE_WARP_ROWS; 3000 does not fill its threads). Not under --quick. */
+    {
+      static const case_shape lean_rms[] = {{3, 1, 4096}}, lean_rms2[] = {{1, 1, 6000}},
+                              lean_rms3[] = {{1, 1, 8192}},
+                              lean_ln[] = {{3, 0, 4096}, {1, 0, 3000}};
+      forward_cases(lean_rms, 1, 8192, 0);
+      forward_cases(lean_rms2, 1, 5600, 0);
+      forward_cases(lean_rms3, 1, 4096, 0);
+      forward_cases(lean_ln, 2, ONE_WARP_ROWS, 0);
+    }
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
    * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last

@@ -71,7 +71,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "forward: the plan's width is the one asked for");
-  require(kTuningBuild || !pl.variant ||
+  require(kTuningBuild || !pl.variant || pl.mode == MODE_CTA ||
               (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
           "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads");
@@ -126,6 +126,21 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "forward CTA-per-row kernel: x read again for y only on fp32 rows of up to 8192 "
             "(LayerNorm: up to 4096, full, 64 rows an SM), 16 elements a thread, in 48 or 40 "
             "registers");
+    if (!kTuningBuild) {
+      const bool is16 = p.dtype != FNORM_DTYPE_F32, p16 = p.param_dtype != FNORM_DTYPE_F32;
+      const bool rms = p.norm == FNORM_RMSNORM;
+      const bool lean =
+          rms ? (is16 ? p.cols > 16384 || (p16 && (p.cols > 8192 || p.rows * p.cols >= (1 << 25)))
+                      : p.cols > 8192 && p.cols <= 16384)
+              : is16 && p16 && p.cols <= 4096 && p.rows >= 64 * (int64_t)dev.sm_count;
+      require(!!pl.variant == lean,
+              "forward CTA-per-row kernel: the lean form on the rows of sweep 52's rules");
+      require(!pl.variant ||
+                  (pl.reread == 0 && pl.vpt * vec == (is16 && p.cols > 8192 ? 32 : 16)) ||
+                  (int64_t)pl.vpt * 512 < nvec,
+              "forward CTA-per-row kernel: the lean form at 16 elements a thread (16-bit rows "
+              "past 8192: 32), more only where 1024 threads need them");
+    }
     break;
   case MODE_REG:
     require(pl.vpt == fwd_reg_vpt(vec), "forward register kernel: its vectors a thread");
@@ -403,19 +418,38 @@ void check_choices() {
              pl.tier == TIER_WARP && pl.threads == 256 && pl.grid == cap * h200.info.sm_count,
              cap == 32 ? "32 persistent CTAs an SM" : "48 persistent CTAs an SM");
     }
-  /* Forward: 16-bit RMSNorm rows past 20480 on the register kernel, LayerNorm's and shorter
-   * ones on the CTA-per-row kernel (sweeps 41-42). */
-  const int64_t ccols[] = {16384, 20480, 24576, 32768};
-  for (int i = 0; i < 4; ++i)
+  /* Forward: 16-bit rows of 4096-32768 on the CTA-per-row kernel, RMSNorm's in its lean form
+   * (sweep 52), LayerNorm's past 4096 not; past 32768 on the register kernel. With 4096 rows of
+   * 4096, RMSNorm's and LayerNorm's not lean; fp32 RMSNorm lean at 16384, not at 8192 (read again
+   * for y) or 32768. */
+  const int64_t ccols[] = {4096, 8192, 16384, 20480, 24576, 32768, 65536};
+  for (int i = 0; i < 7; ++i)
     for (int nm = 0; nm < 2; ++nm) {
       const fnorm_norm norm = nm ? RMS : LN;
       const int64_t rows = grid_rows(ccols[i]);
       p = problem(BF16, norm, rows, ccols[i]);
-      const bool reg = norm == RMS && ccols[i] > 20480;
+      const Plan pl = plan_forward(&p, 8, h200.info);
+      const bool reg = ccols[i] > 32768, lean = !reg && (norm == RMS || ccols[i] <= 4096);
       expect(h200, BF16, norm, rows, ccols[i], false,
-             plan_forward(&p, 8, h200.info).mode == (reg ? MODE_REG : MODE_CTA),
-             reg ? "the register kernel" : "the CTA-per-row kernel");
+             pl.mode == (reg ? MODE_REG : MODE_CTA) && !!pl.variant == lean,
+             reg    ? "the register kernel"
+             : lean ? "the CTA-per-row kernel's lean form"
+                    : "the CTA-per-row kernel");
+      p.rows = 4096;
+      expect(h200, BF16, norm, 4096, ccols[i], false,
+             !!plan_forward(&p, 8, h200.info).variant == (norm == RMS && ccols[i] > 4096 && !reg),
+             "4096 rows: the lean form for RMSNorm rows of 8192-32768");
     }
+  {
+    const int64_t fcols[] = {8192, 16384, 32768};
+    for (int i = 0; i < 3; ++i) {
+      p = problem(F32, RMS, grid_rows(fcols[i]), fcols[i]);
+      const Plan pl = plan_forward(&p, 4, h200.info);
+      expect(h200, F32, RMS, p.rows, fcols[i], false,
+             pl.mode == MODE_CTA && !!pl.variant == (fcols[i] == 16384),
+             fcols[i] == 16384 ? "fp32: the lean form" : "fp32: not the lean form");
+    }
+  }
   /* Forward register kernel: fp32 LayerNorm's statistics behind one barrier in CTAs of more
    * than 256 threads (sweeps 41-42), not in smaller ones (64 rows of 65536), not 16-bit. */
   {

@@ -164,6 +164,37 @@ __device__ __forceinline__ Pack<T, VEC> load_hinted(const T *p, uint64_t pol) {
   return pk;
 }
 
+/* The pack's registers, as far as the compiler knows, changed: values computed from it before
+ * are not reused after (no instruction is emitted). */
+template <typename T, int VEC> __device__ __forceinline__ void opaque(Pack<T, VEC> &pk) {
+  static_assert(sizeof(Pack<T, VEC>) % 4 == 0, "whole 32-bit words");
+  unsigned w[sizeof(Pack<T, VEC>) / 4];
+  memcpy(w, &pk, sizeof(w));
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(w) / 4); ++i)
+    asm volatile("" : "+r"(w[i]));
+  memcpy(&pk, w, sizeof(w));
+}
+
+/* A 16-byte row vector through L1: kept there (evict-last) for a second read of the same row
+ * soon after, or marked for eviction first (its last read). No L2 policy register. */
+template <typename T, int VEC, bool LAST_READ>
+__device__ __forceinline__ Pack<T, VEC> load_l1(const T *p) {
+  static_assert(sizeof(Pack<T, VEC>) == 16, "16-byte vectors");
+  Pack<T, VEC> pk;
+  uint4 u;
+  if constexpr (LAST_READ)
+    asm("ld.global.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p));
+  else
+    asm("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p));
+  memcpy(&pk, &u, 16);
+  return pk;
+}
+
 template <typename T, int VEC>
 __device__ __forceinline__ void load_stream_f32(const T *p, float *out) {
   unpack_f32<T, VEC>(load_stream<T, VEC>(p), out);

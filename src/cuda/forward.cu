@@ -9,6 +9,9 @@
  *                     there are at least two rows an SM: a CTA per row, not persistent.
  *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192) holds the row only
  *                     until its statistics are known and reads it again, from L2, for y.
+ *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
+ *                     16-bit LayerNorm rows of up to 4096) fits 32 registers, two CTAs of 1024
+ *                     threads an SM, and reads x again for y from L1.
  *  fwd_reg_kernel     other rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16
  *                     CTAs (sm_90), per row, persistent, the row in registers and the next
  *                     row's loads in flight.
@@ -36,7 +39,7 @@
  * prefetches rows ahead (no gain; the disabled code alone cost the warp tier 10 points),
  * clusters of fwd_cta_kernel for longer rows (slower than fwd_reg_kernel), the streaming kernel
  * for fwd_cta_kernel's rows (18-62% of the copy), the reread form for LayerNorm and 16-bit
- * rows (its register budget spills them; sweeps 33 and 35), and for the warp tier's staged
+ * rows (its register budget spills them; sweeps 33, 35 and 50), and for the warp tier's staged
  * 16-bit rows of 8-16 lanes a grid of only the resident CTAs or a 64-register bound for a
  * fourth CTA an SM (A/B runs AA1-AA2: 4-10% slower).
  */
@@ -514,12 +517,163 @@ __global__ void __launch_bounds__(1024) fwd_cta_kernel(FwdParams a) {
 }
 
 /* The REREAD form at no more than REGS registers a thread (40: three CTAs of 512 threads an
- * SM; tuning builds also have 32 and 48). (Sweeps 38 and 40 also capped the form that holds
- * the row, at 32-48 registers and 8-16 elements a thread: no gain anywhere, and up to 37 points
- * lost.) */
+ * SM; tuning builds also have 32, 48 and 64: sweep 50, 16-bit rows of 16384-32768 at 64, 4-16
+ * points slower than the form that holds the row). (Sweeps 38 and 40 also capped the form that
+ * holds the row, at 32-48 registers and 8-16 elements a thread: no gain anywhere, and up to 37
+ * points lost.) */
 template <typename T, typename P, int VEC, int VPT, bool LN, int REGS, bool FULL = false>
 __global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
   fwd_cta_body<T, P, VEC, VPT, LN, true, FULL>(a);
+}
+
+/* A CTA a row in at most 32 registers a thread (MINB = 2: two CTAs of 1024 threads an SM), x
+ * read twice: once for the statistics, then again for y, mostly from L1 (the first read keeps
+ * the row there, the second marks it evict-first). Two CTAs an SM overlap one row's reductions
+ * with the other's loads. torch.compile's kernel for 16-bit RMSNorm rows of 32768 works this
+ * way (32 registers, two CTAs an SM: ncu9 in sweep 50, H200), at 99% of the copy where the
+ * CTA-per-row kernel above (64 registers, one CTA) ran 80%.
+ * RMSNorm: the sum of squares from the vectors as loaded, four at a time. LayerNorm (VPT <= 4:
+ * the thread's vectors held as loaded, centred on the thread's mean, then Chan's combination
+ * over the CTA behind one barrier, as cta_ln_stats). FULL: every thread's VPT vectors lie in
+ * the row (no tests; LayerNorm's counts are constants). */
+template <typename T, typename P, int VEC, int VPT, bool LN, int MINB, bool FULL = false>
+__global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
+  static_assert(!LN || VPT <= 4, "LayerNorm holds the thread's vectors");
+  __shared__ __align__(16) float warp[2][32][4];
+  const int64_t nvec = a.cols / VEC;
+  const float inv_n = count_rcp((float)a.cols);
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  [[maybe_unused]] LnCounts counts = {};
+  if constexpr (LN && FULL) {
+    counts = ln_counts_full<VPT * VEC>(a.cols);
+  } else if constexpr (LN) {
+    int nmine = 0;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      nmine += threadIdx.x + k * blockDim.x < nvec;
+    counts = ln_counts(nmine * VEC, a.cols);
+  }
+  int round = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T *xr = (const T *)a.x + row * a.x_stride;
+    float mean = 0.f, c = 0.f, rstd;
+    if constexpr (LN) {
+      Pack<T, VEC> raw[VPT];
+      float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (FULL || i < nvec) {
+          raw[k] = load_l1<T, VEC, false>(xr + i * VEC);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            raw[k].v[e] = from_f32<T>(0.f);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; e += 2) {
+          p0 += pack_f32<T, VEC>(raw[k], e);
+          p1 += pack_f32<T, VEC>(raw[k], e + 1);
+        }
+      /* The thread's values centred on their own mean (two passes over its registers, the
+       * second converting them again), then combined over the CTA (cta_ln_combine). The packs
+       * pass through an empty asm first, so that the compiler converts them again instead of
+       * keeping the first pass's floats. (At 4 16-bit vectors a thread the form spills in 32
+       * registers all the same, 130-220 bytes; it is planned at 2, where it does not.) */
+      const float mt = (p0 + p1) * counts.inv_nt;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        opaque(raw[k]);
+      float d0 = 0.f, d1 = 0.f, q0 = 0.f, q1 = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const bool mine = FULL || threadIdx.x + (int64_t)k * blockDim.x < nvec;
+#pragma unroll
+        for (int e = 0; e < VEC; e += 2) {
+          const float x0 = mine ? pack_f32<T, VEC>(raw[k], e) - mt : 0.f;
+          const float x1 = mine ? pack_f32<T, VEC>(raw[k], e + 1) - mt : 0.f;
+          d0 += x0;
+          d1 += x1;
+          q0 = fmaf(x0, x0, q0);
+          q1 = fmaf(x1, x1, q1);
+        }
+      }
+      const float s1 = d0 + d1, rel = s1 * counts.inv_nt;
+      const ChunkStats cs = cta_ln_combine(mt, rel, (q0 + q1) - s1 * rel, counts, warp, round);
+      mean = cs.ref;
+      c = cs.c;
+      float var = cs.m2 * inv_n;
+      var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
+      rstd = 1.f / sqrtf(var + a.eps);
+    } else {
+      float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+      for (int k0 = 0; k0 < VPT; k0 += 4) {
+        Pack<T, VEC> raw[4];
+#pragma unroll
+        for (int u = 0; u < 4 && k0 + u < VPT; ++u) {
+          const int64_t i = threadIdx.x + (int64_t)(k0 + u) * blockDim.x;
+          if (FULL || i < nvec) {
+            raw[u] = load_l1<T, VEC, false>(xr + i * VEC);
+          } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+              raw[u].v[e] = from_f32<T>(0.f);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 4 && k0 + u < VPT; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; e += 2) {
+            const float x0 = pack_f32<T, VEC>(raw[u], e), x1 = pack_f32<T, VEC>(raw[u], e + 1);
+            p0 = fmaf(x0, x0, p0);
+            p1 = fmaf(x1, x1, p1);
+          }
+      }
+      float s[1] = {p0 + p1};
+      cta_sum_slot<1>(s, warp, round & 1);
+      ++round;
+      rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
+    }
+    if (threadIdx.x == 0)
+      store_row_stats(a, row, mean + c, rstd);
+    const float shift = -c * rstd;
+    T *yr = (T *)a.y + row * a.y_stride;
+    /* 16-bit rows of two vectors a thread load both of x's first (written as below, the
+     * compiler spilled there; written so, it spills at four vectors and on fp32 rows). */
+    constexpr bool X_FIRST = sizeof(T) == 2 && VPT == 2;
+    Pack<T, VEC> again[X_FIRST ? VPT : 1];
+    if constexpr (X_FIRST) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (FULL || i < nvec)
+          again[k] = load_l1<T, VEC, true>(xr + i * VEC);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+      if (!FULL && i >= nvec)
+        break;
+      const Pack<T, VEC> pk =
+          X_FIRST ? again[X_FIRST ? k : 0] : load_l1<T, VEC, true>(xr + i * VEC);
+      float g[VEC], b[VEC], out[VEC];
+      load_param<P, VEC>(gamma, i * VEC, 1.f, g);
+      load_param<P, VEC>(beta, i * VEC, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const float xv = pack_f32<T, VEC>(pk, e);
+        const float xhat = LN ? fmaf(xv - mean, rstd, shift) : xv * rstd;
+        out[e] = fmaf(xhat, g[e], b[e]);
+      }
+      store_vec<T, VEC>(yr + i * VEC, out);
+    }
+  }
 }
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
@@ -814,9 +968,12 @@ static void (*fwd_cta_reread_pick(int regs))(FwdParams) {
     return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 40, FULL>;
   if (regs == 48)
     return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 48, FULL>;
-  if constexpr (kTuningBuild)
+  if constexpr (kTuningBuild) {
     if (regs == 32)
       return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 32, FULL>;
+    if (regs == 64)
+      return fwd_cta_reread_kernel<T, P, VEC, VPT, LN, 64, FULL>;
+  }
   return nullptr;
 }
 
@@ -843,6 +1000,20 @@ static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
       return full ? fwd_cta_reread_pick<T, P, VEC, VPT, true, true>(reread) : nullptr;
     return fwd_cta_reread_pick<T, P, VEC, VPT, false>(reread);
   }
+  return nullptr;
+}
+
+/* fwd_lean_kernel for the norm and whether the row is full (nullptr if none: LayerNorm holds
+ * at most 4 vectors a thread). */
+template <typename T, typename P, int VEC, int VPT>
+static void (*fwd_lean_pick(bool ln, bool full))(FwdParams) {
+  if (!ln)
+    return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true>
+                : fwd_lean_kernel<T, P, VEC, VPT, false, 2>;
+  /* LayerNorm: planned on 16-bit rows with 16-bit gamma (tuning builds: all) */
+  if constexpr (VPT <= 4 && (kTuningBuild || (sizeof(T) == 2 && sizeof(P) == 2)))
+    return full ? fwd_lean_kernel<T, P, VEC, VPT, true, 2, true>
+                : fwd_lean_kernel<T, P, VEC, VPT, true, 2>;
   return nullptr;
 }
 
@@ -895,6 +1066,18 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     if constexpr (VEC * sizeof(T) == 16) {
       constexpr int V1 = kCtaMinVpt<T>;
       void (*k)(FwdParams) = nullptr;
+      if (plan.variant) { /* the lean form: two CTAs of up to 1024 threads an SM */
+        const bool full = a.cols == (int64_t)plan.threads * plan.vpt * VEC;
+        if (plan.vpt == V1)
+          k = fwd_lean_pick<T, P, VEC, V1>(a.layernorm != 0, full);
+        else if (plan.vpt == 2 * V1)
+          k = fwd_lean_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, full);
+        else if (plan.vpt == 4 * V1)
+          k = fwd_lean_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, full);
+        if (k)
+          return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+        return FNORM_ERR_UNSUPPORTED;
+      }
       /* Rows of exactly the CTA's threads times vectors: the form without tests. */
       const bool full = a.cols == (int64_t)plan.threads * plan.vpt * VEC;
       if (plan.vpt == V1)

@@ -82,8 +82,9 @@ struct Plan {
   int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
                        kernel's registers a thread at most (40 or 48); 0 held */
   int variant;      /* 1 for the second form of the tier's kernel (forward MODE_REG: LayerNorm's
-                       statistics behind one barrier; backward TIER_RING: RESIDENT, the row
-                       kept in the stage); 0 the first */
+                       statistics behind one barrier; forward MODE_CTA: the lean form,
+                       fwd_lean_kernel; backward TIER_RING: RESIDENT, the row kept in the
+                       stage); 0 the first */
   int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32
                        registers; tuning builds also 1, its own count, and 2) */
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second

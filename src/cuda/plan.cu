@@ -96,7 +96,7 @@ struct Tuning {
                           on all 16-byte rows (sweep 29's 1) */
   int fwd_reread;      /* forward CTA-per-row kernel: 1 reads x again for y on fp32 RMSNorm rows
                           of up to 8192; 0 never; 2 (tuning builds) on all its rows */
-  int fwd_reread_regs; /* ... its registers a thread at most (tuning builds: 32, 40 or 48; 0 the
+  int fwd_reread_regs; /* ... its registers a thread at most (tuning builds: 32, 40, 48 or 64; 0 the
                           rule's) */
   int fwd_stream_minb; /* forward streaming kernel: CTAs an SM it is built for, 4 (at most 32
                           registers; tuning builds also 1, its own count, and 2) */
@@ -124,6 +124,13 @@ struct Tuning {
                                gamma's dtype (and all rows with bwd_ring_resident 2) */
   int bwd_resident_threads; /* ... threads a CTA at most in that case (a multiple of 32, 64 to
                                512); rows past the register ring's always take up to 512 */
+  int fwd_rms16_long;       /* forward: 1 sends 16-bit RMSNorm rows past 20480 that the lean form
+                               does not take (fwd_lean 0) to the register
+                               kernel, not the CTA-per-row kernel; 0 (tuning builds) never */
+  int fwd_lean;             /* forward: the CTA-per-row kernel's lean form (fwd_lean_kernel, two
+                                   CTAs an SM): 1 on the rows plan_forward names, 0 never; tuning
+                                   builds: 2 on all RMSNorm rows, 3 on all rows, at fwd_ept
+                                   elements a thread */
 };
 
 #ifdef FNORM_TUNING
@@ -134,8 +141,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16,
-              1, 4, 1,   1,    1,   0,  4, 1, 0,  0, 2, 0, 1,    1, 1, 1, 128};
+  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1,   32, 16, 1,
+              4, 1, 1,   1,    0,   4,  1, 0, 0,  2, 0, 1, 1,    1, 1, 128, 1,  1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -172,6 +179,8 @@ Tuning tuning() {
   t.bwd_ring_resident = tune_knob("FNORM_TUNE_BWD_RING_RESIDENT", t.bwd_ring_resident);
   t.bwd_resident_first = tune_knob("FNORM_TUNE_BWD_RESIDENT_FIRST", t.bwd_resident_first);
   t.bwd_resident_threads = tune_knob("FNORM_TUNE_BWD_RESIDENT_THREADS", t.bwd_resident_threads);
+  t.fwd_rms16_long = tune_knob("FNORM_TUNE_FWD_RMS16_LONG", t.fwd_rms16_long);
+  t.fwd_lean = tune_knob("FNORM_TUNE_FWD_LEAN", t.fwd_lean);
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
       t.bwd_resident_threads % 32)
     t.bwd_resident_threads = 128; /* the default */
@@ -374,11 +383,40 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   /* 16-byte vectors and rows enough to fill the GPU: a CTA per row while one CTA (up to 1024
    * threads of the preferred elements a thread, else up to 4 x 8) holds the row. Longer rows,
    * and fewer rows, take the register kernel below, split over a cluster (sweep 9: faster than
-   * clusters of this kernel). 16-bit RMSNorm rows past 20480 also take the register kernel:
-   * sweeps 41-42 (H200, 2^27 elements) had it +2 to +6 points ahead at 24576 and 32768 (but 0.2
-   * behind to 2.9 ahead at 28672, 1.5 behind to 2.3 ahead at 20480, 6 behind at 16384); not
-   * LayerNorm, 3 to 10 points behind there. */
-  const bool rms16_long = p->norm == FNORM_RMSNORM && dtype_bytes(p->dtype) == 2 && p->cols > 20480;
+   * clusters of this kernel). */
+  /* The CTA-per-row kernel's lean form (fwd_lean_kernel: two CTAs of up to 1024 threads an SM
+   * in 32 registers, x read again for y from L1), and its elements a thread. Sweep 52 (H200,
+   * 2^27 elements, against the kernels these rows took before; bench/tune/):
+   *   16-bit RMSNorm 16385-32768, 32 a thread: 24576 81% -> 96%, 32768 84-85% -> 95% of the
+   *     copy (with fp32 gamma 81-84% -> 89%); 16384 +1.1 points;
+   *   16-bit RMSNorm 2049-8192 with 16-bit gamma, 16 a thread, from 2^25 elements on: 4096
+   *     92% -> 96%, 8192 92% -> 97% (4096 rows of 8192 +3.2; 4096 rows of 4096 -2.3);
+   *   fp32 RMSNorm 8193-16384, 16 a thread: 16384 93% -> 98% (24576-32768 -1 to -8: kept);
+   *   16-bit LayerNorm 2049-4096 with 16-bit gamma and 64 rows an SM, 16 a thread: 4096 +0.9
+   *     (bf16) and +3.1 (fp16) (8192 -1.4 to +0.6, 4096 rows of 4096 -3.6; longer 16-bit
+   *     LayerNorm rows hold 32 elements a thread, which spill in 32 registers: -20 to -30).
+   * The rows these rules do not name keep their kernels. (Before sweep 52, 16-bit RMSNorm rows
+   * past 20480 took the register kernel, +2 to +6 points over the CTA-per-row kernel's other
+   * forms in sweeps 41-42.) */
+  const bool is16 = dtype_bytes(p->dtype) == 2;
+  const bool p16 = dtype_bytes(p->param_dtype) == 2;
+  const bool rms = p->norm == FNORM_RMSNORM;
+  int lean_ept = 0;
+  if (tn.fwd_lean == 1) {
+    if (rms && is16 && p->cols > 16384)
+      lean_ept = 32;
+    else if (rms && is16 && p16 && p->cols > 8192)
+      lean_ept = 32;
+    else if (rms && is16 && p16 && p->rows * p->cols >= ((int64_t)1 << 25))
+      lean_ept = 16;
+    else if (rms && !is16 && p->cols > 8192 && p->cols <= 16384)
+      lean_ept = 16;
+    else if (!rms && is16 && p16 && p->cols <= 4096 && p->rows >= 64 * (int64_t)dev.sm_count)
+      lean_ept = 16;
+  } else if (kTuningBuild && (tn.fwd_lean == 3 || (tn.fwd_lean == 2 && rms))) {
+    lean_ept = tn.fwd_ept;
+  }
+  const bool rms16_long = tn.fwd_rms16_long == 1 && lean_ept == 0 && rms && is16 && p->cols > 20480;
   if (tn.fwd_cta > 0 && vbytes == 16 && p->rows >= 2 * (int64_t)dev.sm_count && !rms16_long) {
     const int v1 = 8 / vec; /* vectors of 8 elements */
     /* fp32 LayerNorm rows of up to 4096 at 16 elements a thread (sweep 19: N = 2048 and 4096
@@ -397,13 +435,16 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const bool ln_reread = p->norm == FNORM_LAYERNORM && p->cols <= 4096 &&
                            (p->cols / vec) % (32 * 4) == 0 && p->rows >= 64 * (int64_t)dev.sm_count;
     const bool reread =
-        tn.fwd_reread == 2 || (tn.fwd_reread == 1 && p->dtype == FNORM_DTYPE_F32 &&
-                               ((p->norm == FNORM_RMSNORM && p->cols <= 8192) || ln_reread));
+        lean_ept == 0 &&
+        (tn.fwd_reread == 2 || (tn.fwd_reread == 1 && p->dtype == FNORM_DTYPE_F32 &&
+                                ((p->norm == FNORM_RMSNORM && p->cols <= 8192) || ln_reread)));
     int ept = p->dtype == FNORM_DTYPE_F32 && p->norm == FNORM_LAYERNORM && p->cols <= 4096
                   ? tn.fwd_ept_ln32
                   : tn.fwd_ept;
     if (reread && tn.fwd_reread == 1)
       ept = 16;
+    if (lean_ept > 0)
+      ept = lean_ept;
     int vpt = v1;
     while (vpt < 4 * v1 && vpt * vec < ept)
       vpt *= 2;
@@ -416,6 +457,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       pl.reread = !reread ? 0 : p->cols <= 4096 ? 48 : 40;
       if (kTuningBuild && reread && tn.fwd_reread_regs != 0)
         pl.reread = tn.fwd_reread_regs;
+      /* (LayerNorm's lean form holds up to 4 vectors a thread) */
+      pl.variant = lean_ept > 0 && (rms || vpt <= 4);
       pl.cluster = 1;
       pl.threads = (int)round_up(ceil_div(nvec, vpt), 32);
       pl.grid = min64(p->rows, kMaxGrid);
