@@ -226,6 +226,9 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(pl.variant || (pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
                            pl.smem <= (size_t)dev.max_smem_optin),
             "backward ring: two stages or more that fit in shared memory");
+    require(kTuningBuild || pl.variant ||
+                pl.nbuf == (p.dtype != FNORM_DTYPE_F32 && nvec > 512 && nvec <= 640 ? 3 : 2),
+            "backward ring: 3 stages for 16-bit rows of 513-640 vectors, else 2");
     require(!pl.variant ||
                 (pl.nbuf >= 1 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 + pl.chunk * vec * 4 &&
                  pl.smem <= (size_t)dev.max_smem_optin),

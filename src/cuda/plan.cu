@@ -66,6 +66,7 @@ int split_rows(const fnorm_problem *p, int64_t nvec, int64_t cap, int max_cluste
 struct Tuning {
   int ring;             /* 0: never; 1: rows longer than the warp tier's; 2: from 32 vectors on */
   int stages;           /* stages of the ring, at most */
+  int stages_640;       /* ... for 16-bit rows of 513-640 vectors (N = 4097-5120) */
   int threads;          /* threads a CTA, at most */
   int cap;              /* vectors a CTA, preferably at most (a cluster beyond) */
   int cap_4k;           /* the same for rows of 2049-4096 vectors */
@@ -141,11 +142,12 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1,   32, 16, 1,
-              4, 1, 1,   1,    0,   4,  1, 0, 0,  2, 0, 1, 1,    1, 1, 128, 1,  1};
+  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1,   32, 16,
+              1, 4, 1, 1,   1,    0,   4,  1, 0, 0,  2, 0, 1, 1,    1, 1, 128, 1,  1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
+  t.stages_640 = tune_knob("FNORM_TUNE_BWD_STAGES640", t.stages_640);
   t.threads = tune_knob("FNORM_TUNE_BWD_THREADS", t.threads);
   t.cap = tune_knob("FNORM_TUNE_BWD_CAP", t.cap);
   t.cap_4k = tune_knob("FNORM_TUNE_BWD_CAP4K", t.cap_4k);
@@ -562,10 +564,13 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   /* The ring: 2 stages and chunks of up to 1024 vectors (512 threads of 2), the fewest CTAs a
    * row, did best (sweep 19: 16-bit N = 8192-16384 and 65536 +2 to +5 points, fp32 8192 and
    * 32768 +3, -0.2 to +1.5 elsewhere), save rows of 2049-4096 vectors, which did 0-2.6 points
-   * better as 8 chunks of 512 than as 4 of 1024. Rows past it: the ring's RESIDENT form for
-   * 16-bit rows from x with 1.5 rows an SM or more (sweeps 41-42, H200: N = 196608-262144 +6 to
-   * +9 points over the stream tier at 512 rows; fp32 -6, from y -3 to -13; sweeps 42-43, bf16
-   * 262144: 256 rows +4, 160 rows -0.9, 132 -2.4, 64 -6). */
+   * better as 8 chunks of 512 than as 4 of 1024. 16-bit rows of 513-640 vectors (N = 4097-5120,
+   * CTAs of 288-320 threads) take 3 stages: sweeps 53-54 (H200, 2^27 elements) measured +2.3
+   * to +5 points at N = 4608-5120 (bf16 and fp16, LayerNorm and RMSNorm), where 3 stages cost
+   * 0.6-1.9 points at N = 1152-2816 and 6144-8192 and more stages no more. Rows past it: the ring's
+   * RESIDENT form for 16-bit rows from x with 1.5 rows an SM or more (sweeps 41-42, H200: N =
+   * 196608-262144 +6 to +9 points over the stream tier at 512 rows; fp32 -6, from y -3 to -13;
+   * sweeps 42-43, bf16 262144: 256 rows +4, 160 rows -0.9, 132 -2.4, 64 -6). */
   const bool resident_rows = (tn.bwd_ring_resident == 1 && dtype_bytes(p->dtype) == 2 && !from_y &&
                               2 * p->rows >= 3 * (int64_t)dev.sm_count) ||
                              (kTuningBuild && tn.bwd_ring_resident == 2);
@@ -579,11 +584,13 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
                               ((tn.bwd_resident_first == 1 && p->param_dtype == FNORM_DTYPE_F32 &&
                                 dtype_bytes(p->dtype) == 2) ||
                                (kTuningBuild && tn.bwd_resident_first == 2));
+  const int ring_stages =
+      dtype_bytes(p->dtype) == 2 && nvec > 512 && nvec <= 640 ? tn.stages_640 : tn.stages;
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
       ((resident_first &&
         plan_ring_resident(pl, vec, nvec, tn.stages, tn.bwd_resident_threads, dev)) ||
-       plan_ring(pl, p, nvec, 2, tn.stages, tn.threads,
+       plan_ring(pl, p, nvec, 2, ring_stages, tn.threads,
                  nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev) ||
        (!warp_fits && resident_rows &&
         plan_ring_resident(pl, vec, nvec, tn.stages, kMaxThreads, dev)))) {
