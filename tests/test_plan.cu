@@ -177,6 +177,9 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
   require(pl.vec == vec, "backward: the plan's width is the one asked for");
   require(pl.nparts >= 1, "backward: at least one partial row");
   require(pl.fin_cols == 16 || pl.fin_cols == 32, "backward finalize: 16 or 32 columns a block");
+  require(!pl.rms_form || (p.norm == FNORM_RMSNORM &&
+                           ((pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING)),
+          "backward: the RMS form only for RMSNorm, on the kernels that have it");
   ++g_bwd_tiers[pl.tier == TIER_WARP ? 0 : pl.tier == TIER_RING ? 2 : pl.tier == TIER_ROW ? 3 : 4];
   if (pl.tier == TIER_WARP && pl.cluster > 1)
     ++g_bwd_tiers[1];
@@ -295,6 +298,7 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
                 "backward from y: __fdividef on 16-bit rows, IEEE division on fp32 rows");
         require(kTuningBuild || pl.tier != TIER_RING || !pl.variant,
                 "backward from y: not the ring's RESIDENT form");
+        require(!pl.rms_form, "backward from y: not the RMS form (it is from x)");
       }
       if (!g_why[0]) {
         ++g_passed;
@@ -516,6 +520,28 @@ void check_choices() {
     p = problem(BF16, LN, rows, pcols[i]);
     expect(h200, BF16, LN, rows, pcols[i], true,
            plan_backward(&p, 8, h200.info, false).variant == 0, "bf16 gamma: the register ring");
+  }
+  /* Backward, RMSNorm from x: the RMS form (A/B runs AK1-AK2) save on 16-bit rows of 8 warps
+   * (2049-4096) and the ring's three-stage rows (4097-5120) from 16384 rows on, and fp32 ring
+   * rows; never LayerNorm. */
+  struct {
+    fnorm_dtype dt;
+    int64_t rows, cols;
+    bool rms_form;
+  } const rf[] = {
+      {BF16, 131072, 1024, true}, {BF16, 32768, 4096, false}, {BF16, 8192, 4096, true},
+      {BF16, 26214, 5120, false}, {BF16, 4096, 5120, true},   {BF16, 16384, 8192, true},
+      {BF16, 2048, 65536, true},  {BF16, 512, 262144, true},  {F32, 131072, 1024, true},
+      {F32, 32768, 4096, true},   {F32, 2048, 65536, false},  {F32, 512, 262144, false}};
+  for (const auto &c : rf) {
+    p = problem(c.dt, RMS, c.rows, c.cols);
+    const int v = c.dt == F32 ? 4 : 8;
+    expect(h200, c.dt, RMS, c.rows, c.cols, true,
+           plan_backward(&p, v, h200.info, false).rms_form == (int)c.rms_form,
+           c.rms_form ? "the RMS form" : "the general kernels");
+    p.norm = LN;
+    expect(h200, c.dt, LN, c.rows, c.cols, true, !plan_backward(&p, v, h200.info, false).rms_form,
+           "LayerNorm: the general kernels");
   }
   /* Forward CTA-per-row kernel: x read again for y on fp32 RMSNorm rows of 2048-8192 (sweep
    * 35), in 48 registers up to 4096, 40 beyond; on fp32 LayerNorm rows of 2048-4096 (A/B run

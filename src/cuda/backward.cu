@@ -41,8 +41,9 @@
 
 namespace fnorm_cuda {
 
-/* xhat and g for VEC elements. */
-template <int VEC>
+/* xhat and g for VEC elements. RMS: an RMSNorm row from x, known at compile time (xhat = x *
+ * rstd, without the zero mean). */
+template <int VEC, bool RMS = false>
 __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, const float *gm,
                                           const float *bt, float mu, float rs, int from_y,
                                           float *xh, float *g) {
@@ -60,6 +61,10 @@ __device__ __forceinline__ void bwd_elems(const float *dy, const float *xy, cons
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       xh[e] = (xy[e] - bt[e]) / gm[e];
+  } else if (RMS) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      xh[e] = xy[e] * rs;
   } else {
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
@@ -83,6 +88,10 @@ __device__ __forceinline__ DxRow dx_row(float rs, float s0, float s1, float inv_
 __device__ __forceinline__ float dx_elem(const DxRow &r, float g, float xh) {
   return fmaf(g, r.rs, -fmaf(xh, r.c1, r.c0));
 }
+/* RMSNorm (s0 = 0): rstd * (g - xhat * s1 / N). */
+template <bool RMS> __device__ __forceinline__ float dx_elem(const DxRow &r, float g, float xh) {
+  return RMS ? fmaf(g, r.rs, -(xh * r.c1)) : dx_elem(r, g, xh);
+}
 
 /* The from-y mode the library plans for rows of T (BwdParams::from_y: 2, __fdividef, on 16-bit
  * rows; 1, IEEE division, on fp32 ones; plan.fast_div), the one besides from x (0) that release
@@ -99,9 +108,26 @@ __device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float
   row_stats(a, row, mu, rs, a.from_y);
 }
 
+/* A row's two sums (of g, and of g * xhat) over the CTA. RMS (an RMSNorm kernel): the first
+ * is 0, and only the second is added, a value a warp instead of two. */
+template <bool RMS>
+__device__ __forceinline__ void row_sums(float (&sums)[2], bool layernorm, RingRed &red,
+                                         int &round) {
+  if constexpr (RMS) {
+    float s1[1] = {sums[1]};
+    cta_sum<1>(s1, red, round);
+    sums[0] = 0.f;
+    sums[1] = s1[0];
+  } else {
+    if (!layernorm)
+      sums[0] = 0.f;
+    cta_sum<2>(sums, red, round);
+  }
+}
+
 /* Writes the dgamma/dbeta accumulators of the vectors a thread owns (t + k * blockDim.x of
  * its chunk, k < VPT) into partial row `part` (gamma) and nparts + part (beta). */
-template <int VEC, int VPT>
+template <int VEC, int VPT, bool RMS = false>
 __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part, int64_t v0,
                                                const bool (&mine)[VPT], const float *acc_g,
                                                const float *acc_b) {
@@ -114,7 +140,8 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         pg[i * VEC + e] = acc_g[k * VEC + e];
-        pb[i * VEC + e] = acc_b[k * VEC + e];
+        if (!RMS) /* (RMS kernels run only without dbeta: its partial rows are never read) */
+          pb[i * VEC + e] = acc_b[k * VEC + e];
       }
     }
 }
@@ -140,9 +167,10 @@ __device__ __forceinline__ RingRed &warp_cluster_red() {
  * in the row, so the kernel has no column tests and no zeroed values; a group past the last row
  * reads whatever its stage slot holds and neither stores nor accumulates. */
 template <typename T, typename P, int VEC, int GROUP, int VPT, bool PARAM_SMEM = false,
-          bool CLUSTER = false, int FROM_Y = -1, bool FULL = false>
+          bool CLUSTER = false, int FROM_Y = -1, bool FULL = false, bool RMS = false>
 __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
-  /* FROM_Y >= 0: a.from_y fixed at compile time (bwd_warp_built), as in bwd_ring_kernel. */
+  /* FROM_Y >= 0: a.from_y fixed at compile time (bwd_warp_built), as in bwd_ring_kernel; RMS
+   * as there (RMSNorm rows from x without dbeta). */
   const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
   constexpr int EPT = VEC * VPT;
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
@@ -277,7 +305,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
           load_param<P, VEC>(gamma, col, 1.f, gm);
           load_param<P, VEC>(from_y ? beta : nullptr, col, 0.f, bt);
         }
-        bwd_elems<VEC>(&d[k * VEC], xv, gm, bt, mu, rs, from_y, &xh[k * VEC], &g[k * VEC]);
+        bwd_elems<VEC, RMS>(&d[k * VEC], xv, gm, bt, mu, rs, from_y, &xh[k * VEC], &g[k * VEC]);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
@@ -289,12 +317,26 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
     for (int j = 0; j < EPT; ++j)
       gx[j] = g[j] * xh[j];
-    sums[0] = tree_sum<EPT>(g);
+    sums[0] = RMS || !a.layernorm ? 0.f : tree_sum<EPT>(g);
     sums[1] = tree_sum<EPT>(gx);
-    if (!a.layernorm)
-      sums[0] = 0.f;
-    if constexpr (WARPS_PER_ROW == 1) {
+    if constexpr (WARPS_PER_ROW == 1 && RMS) {
+      float s1[1] = {sums[1]};
+      group_sum<GROUP, 1>(s1);
+      sums[1] = s1[0];
+    } else if constexpr (WARPS_PER_ROW == 1) {
       group_sum<GROUP, 2>(sums);
+    } else if constexpr (RMS) { /* as below, the second sum alone */
+      float s1[1] = {sums[1]};
+      group_sum<32, 1>(s1);
+      const int w = threadIdx.x / 32, w0 = (threadIdx.x / GROUP) * WARPS_PER_ROW;
+      if (threadIdx.x % 32 == 0)
+        xchg[parity][w][1] = s1[0];
+      named_barrier(1 + threadIdx.x / GROUP, GROUP);
+      sums[1] = 0.f;
+#pragma unroll
+      for (int r = 0; r < WARPS_PER_ROW; ++r)
+        sums[1] += xchg[parity][w0 + r][1];
+      parity ^= 1;
     } else {
       /* Each warp's sums into this row's parity slot; the slot of the other parity may still
        * be read by a warp of the previous row, none can still read this one: a warp writes it
@@ -337,9 +379,10 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
-          out[e] = dx_elem(dr, g[j], xh[j]);
+          out[e] = dx_elem<RMS>(dr, g[j], xh[j]);
           acc_g[j] += d[j] * xh[j];
-          acc_b[j] += d[j];
+          if (!RMS)
+            acc_b[j] += d[j];
         }
         if (dx)
           store_vec<T, VEC>(dx + row * a.dx_stride + col, out);
@@ -357,7 +400,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   const int group = threadIdx.x / GROUP;
   const int width = GROUP * EPT; /* columns covered by one group */
   __syncthreads();               /* every thread is past its last read of the stages */
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < (RMS ? 1 : 2); ++which) { /* (RMS: no dbeta wanted) */
     const float *acc = which == 0 ? acc_g : acc_b;
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
@@ -574,12 +617,14 @@ __global__ void __launch_bounds__(512, 1)
  * 3-8 (sweep 44). Tuning builds have it for all dtypes and from y
  * (FNORM_TUNE_BWD_RING_RESIDENT=2). */
 template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM = false, bool RESIDENT = false,
-          int FROM_Y = -1>
+          int FROM_Y = -1, bool RMS = false>
 __global__ void __launch_bounds__(512, 1)
     bwd_ring_kernel(BwdParams a, int64_t chunk_vecs, int nstages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   /* FROM_Y >= 0: a.from_y known at compile time, so the kernel holds only its own element path
-   * (-1, tuning builds' other combinations: all three behind run-time branches). */
+   * (-1, tuning builds' other combinations: all three behind run-time branches). RMS: RMSNorm
+   * rows from x without dbeta (launch_backward), so without the first sum and the dbeta
+   * accumulators. */
   const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
   constexpr int EPT = VEC * VPT;
   constexpr int GPT = RESIDENT ? 1 : EPT; /* gamma held in registers */
@@ -683,7 +728,7 @@ __global__ void __launch_bounds__(512, 1)
           load_smem_f32<VEC>(sbeta + (int64_t)i * VEC, bt);
         else
           load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
-        bwd_elems<VEC>(d, xv, gk, bt, mu, rs, from_y, xh, g);
+        bwd_elems<VEC, RMS>(d, xv, gk, bt, mu, rs, from_y, xh, g);
       };
       float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -693,14 +738,13 @@ __global__ void __launch_bounds__(512, 1)
           elems(k, d, xh, g);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            p0[e & 3] += g[e];
+            if (!RMS)
+              p0[e & 3] += g[e];
             p1[e & 3] = fmaf(g[e], xh[e], p1[e & 3]);
           }
         }
       float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
-      if (!a.layernorm)
-        sums[0] = 0.f;
-      cta_sum<2>(sums, red, round);
+      row_sums<RMS>(sums, a.layernorm, red, round);
       cluster_sum2(sums, red, xround, csize);
       const DxRow dr = dx_row(rs, sums[0], sums[1], inv_n);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
@@ -712,9 +756,10 @@ __global__ void __launch_bounds__(512, 1)
         elems(k, d, xh, g);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          out[e] = dx_elem(dr, g[e], xh[e]);
+          out[e] = dx_elem<RMS>(dr, g[e], xh[e]);
           acc_g[k * VEC + e] += d[e] * xh[e];
-          acc_b[k * VEC + e] += d[e];
+          if (!RMS)
+            acc_b[k * VEC + e] += d[e];
         }
         if (dxr)
           store_vec<T, VEC>(dxr + (int64_t)(threadIdx.x + k * blockDim.x) * VEC, out);
@@ -748,18 +793,17 @@ __global__ void __launch_bounds__(512, 1)
           } else {
             load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
           }
-          bwd_elems<VEC>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, from_y, &xh[k * VEC], g);
+          bwd_elems<VEC, RMS>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, from_y, &xh[k * VEC], g);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            p0[e & 3] += g[e];
+            if (!RMS)
+              p0[e & 3] += g[e];
             p1[e & 3] = fmaf(g[e], xh[k * VEC + e], p1[e & 3]);
           }
         } /* (d and xh of vectors not the thread's are never read: no zeroing each row) */
       }
       float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
-      if (!a.layernorm)
-        sums[0] = 0.f;
-      cta_sum<2>(sums, red, round);
+      row_sums<RMS>(sums, a.layernorm, red, round);
       if (threadIdx.x == 0 && count > 0) {
         const int64_t next = row + (int64_t)nstages * nclusters;
         if (next < a.rows) {
@@ -783,9 +827,10 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
-          out[e] = dx_elem(dr, d[j] * gm[j], xh[j]);
+          out[e] = dx_elem<RMS>(dr, d[j] * gm[j], xh[j]);
           acc_g[j] += d[j] * xh[j];
-          acc_b[j] += d[j];
+          if (!RMS)
+            acc_b[j] += d[j];
         }
         if (dxr)
           store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
@@ -793,7 +838,7 @@ __global__ void __launch_bounds__(512, 1)
     }
   }
   if (a.want_dparams)
-    write_partials<VEC, VPT>(a, cluster_id, v0, mine, acc_g, acc_b);
+    write_partials<VEC, VPT, RMS>(a, cluster_id, v0, mine, acc_g, acc_b);
   cluster_barrier(csize);
 #else
   (void)a;
@@ -946,10 +991,11 @@ __global__ void __launch_bounds__(1024)
  * single elements read global memory. from_y as bwd_ring_from: fixed at compile time for the
  * paths the library plans, the run-time form for tuning builds' other combinations (A/B run AG1,
  * H200: 16-bit N = 256-768 +1 to +9%, from y +1 to +5%, but 16-bit from x N = 1024-2048 -1 to
- * -5% with the same registers and occupancy). */
+ * -5% with the same registers and occupancy). From x, RMSNorm rows without dbeta (rms) have
+ * kernels of their own (RMS), save the clustered form. */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM, int GROUP,
           bool CLUSTER = false>
-static void (*bwd_warp_built(int from_y, bool full = false))(BwdParams) {
+static void (*bwd_warp_built(int from_y, bool full = false, bool rms = false))(BwdParams) {
   constexpr bool WIDE = VEC * sizeof(T) == 16;
   constexpr bool BUILT =
       GROUP < 32 ? !PARAM_SMEM : (PARAM_SMEM || !WIDE || kTuningBuild) && (GROUP == 32 || WIDE);
@@ -963,10 +1009,13 @@ static void (*bwd_warp_built(int from_y, bool full = false))(BwdParams) {
     if constexpr (WIDE && !CLUSTER && (sizeof(T) == 4 || GROUP == 32))
       if (full) {
         if (from_y == 0)
-          return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, false, 0, true>;
+          return rms ? bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, false, 0, true, true>
+                     : bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, false, 0, true>;
         if (from_y == Y)
           return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, false, Y, true>;
       }
+    if (from_y == 0 && rms && !CLUSTER)
+      return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, false, 0, false, true>;
     if (from_y == 0)
       return bwd_warp_kernel<T, P, VEC, GROUP, VPT, PARAM_SMEM, CLUSTER, 0>;
     if (from_y == Y)
@@ -979,22 +1028,22 @@ static void (*bwd_warp_built(int from_y, bool full = false))(BwdParams) {
 
 /* The same for `group` lanes a row (nullptr for any other count). */
 template <typename T, typename P, int VEC, int VPT, bool PARAM_SMEM>
-static void (*bwd_warp_group(int group, int from_y, bool full))(BwdParams) {
+static void (*bwd_warp_group(int group, int from_y, bool full, bool rms))(BwdParams) {
   switch (group) {
   case 4:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 4>(from_y, full);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 4>(from_y, full, rms);
   case 8:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 8>(from_y, full);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 8>(from_y, full, rms);
   case 16:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 16>(from_y, full);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 16>(from_y, full, rms);
   case 32:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 32>(from_y, full);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 32>(from_y, full, rms);
   case 64:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 64>(from_y, full);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 64>(from_y, full, rms);
   case 128:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 128>(from_y, full);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 128>(from_y, full, rms);
   case 256:
-    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 256>(from_y, full);
+    return bwd_warp_built<T, P, VEC, VPT, PARAM_SMEM, 256>(from_y, full, rms);
   default:
     return nullptr;
   }
@@ -1002,15 +1051,17 @@ static void (*bwd_warp_group(int group, int from_y, bool full))(BwdParams) {
 
 /* The ring kernel for a.from_y: built with it fixed (FROM_Y) for the paths the library plans
  * (from x; from y by __fdividef on 16-bit rows, by IEEE division on fp32 rows; the RESIDENT form
- * from x only; beta from shared memory from y only), so that each kernel holds one element path.
+ * from x only; beta from shared memory from y only), so that each kernel holds one element path;
+ * from x, RMSNorm rows without dbeta (rms) take a kernel of their own (RMS).
  * Tuning builds take their other combinations (FNORM_TUNE_BWD_FAST_DIV, _RING_RESIDENT=2) through
  * the form that branches at run time; release builds have none (nullptr). */
 template <typename T, typename P, int VEC, int VPT, bool BETA_SMEM, bool RESIDENT>
-static void (*bwd_ring_from(int from_y))(BwdParams, int64_t, int) {
+static void (*bwd_ring_from(int from_y, bool rms))(BwdParams, int64_t, int) {
   constexpr int Y = kPlannedFromY<T>;
   if constexpr (!BETA_SMEM)
     if (from_y == 0)
-      return bwd_ring_kernel<T, P, VEC, VPT, false, RESIDENT, 0>;
+      return rms ? bwd_ring_kernel<T, P, VEC, VPT, false, RESIDENT, 0, true>
+                 : bwd_ring_kernel<T, P, VEC, VPT, false, RESIDENT, 0>;
   if constexpr (!RESIDENT)
     if (from_y == Y)
       return bwd_ring_kernel<T, P, VEC, VPT, BETA_SMEM, false, Y>;
@@ -1020,24 +1071,24 @@ static void (*bwd_ring_from(int from_y))(BwdParams, int64_t, int) {
 }
 
 template <typename T, typename P, int VEC>
-static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws,
+static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws, bool rms,
                                         cudaStream_t stream) {
   if (plan.tier == TIER_RING) {
     if constexpr (VEC * sizeof(T) == 16) {
       /* param_smem: beta from shared memory (from y; set by the dispatch where it fits). */
       void (*k)(BwdParams, int64_t, int) =
-          plan.param_smem ? bwd_ring_from<T, P, VEC, kRingVpt, true, false>(a.from_y)
-                          : bwd_ring_from<T, P, VEC, kRingVpt, false, false>(a.from_y);
+          plan.param_smem ? bwd_ring_from<T, P, VEC, kRingVpt, true, false>(a.from_y, rms)
+                          : bwd_ring_from<T, P, VEC, kRingVpt, false, false>(a.from_y, rms);
       int vpt = kRingVpt;
       if (plan.variant) { /* RESIDENT: planned on 16-bit rows (plan_backward) */
         constexpr int RV = ring_resident_vpt(VEC);
         k = nullptr;
         vpt = RV;
         if constexpr (kTuningBuild) /* (and from y, with beta from shared memory) */
-          k = plan.param_smem ? bwd_ring_from<T, P, VEC, RV, true, true>(a.from_y)
-                              : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y);
+          k = plan.param_smem ? bwd_ring_from<T, P, VEC, RV, true, true>(a.from_y, rms)
+                              : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y, rms);
         else if constexpr (sizeof(T) == 2)
-          k = plan.param_smem ? nullptr : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y);
+          k = plan.param_smem ? nullptr : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y, rms);
       }
       if (!k)
         return FNORM_ERR_UNSUPPORTED;
@@ -1064,10 +1115,10 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
     const bool full = VEC * sizeof(T) == 16 && plan.cluster <= 1 &&
                       a.cols == (int64_t)plan.group * plan.vpt * VEC;
     if (plan.vpt == VPT && !plan.param_smem)
-      k = bwd_warp_group<T, P, VEC, VPT, false>(plan.group, a.from_y, full);
+      k = bwd_warp_group<T, P, VEC, VPT, false>(plan.group, a.from_y, full, rms);
     if constexpr (VEC * sizeof(T) == 16)
       if (plan.vpt == VPT && plan.param_smem)
-        k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group, a.from_y, full);
+        k = bwd_warp_group<T, P, VEC, VPT, true>(plan.group, a.from_y, full, rms);
     /* A cluster of 8-warp CTAs a row: fp32 rows (16-bit ones in tuning builds only). */
     const int cl = plan.cluster > 1 ? plan.cluster : 1;
     if (cl > 1) {
@@ -1136,10 +1187,12 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
   a.nparts = plan.nparts;
   a.want_dparams = dgamma != nullptr || dbeta != nullptr;
   fnorm_status s;
+  /* RMSNorm without dbeta (a beta is optional) on the kernels of its own (RMS), where planned */
+  const bool rms = plan.rms_form && !a.layernorm && dbeta == nullptr;
   if (plan.vec == VEC)
-    s = launch_backward_vec<T, P, VEC>(plan, a, ws, stream);
+    s = launch_backward_vec<T, P, VEC>(plan, a, ws, rms, stream);
   else if (plan.vec == 1)
-    s = launch_backward_vec<T, P, 1>(plan, a, ws, stream);
+    s = launch_backward_vec<T, P, 1>(plan, a, ws, rms, stream);
   else
     s = FNORM_ERR_UNSUPPORTED;
   if (s != FNORM_SUCCESS || !a.want_dparams)

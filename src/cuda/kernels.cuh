@@ -91,6 +91,8 @@ struct Plan {
                        evict-first */
   int resident;     /* TIER_WARP backward: 1 to launch no more CTAs than fit on the GPU at once */
   int fast_div;     /* backward from y: x recomputed by __fdividef (else IEEE division) */
+  int rms_form;     /* backward TIER_WARP and TIER_RING, RMSNorm from x: the kernels' RMS form
+                       (no sum of g, no dbeta) where dbeta is not wanted */
   int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
                        staged rows); TIER_RING (from y): beta */
   int threads;      /* CTA size */

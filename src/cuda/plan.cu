@@ -132,6 +132,9 @@ struct Tuning {
                                    CTAs an SM): 1 on the rows plan_forward names, 0 never; tuning
                                    builds: 2 on all RMSNorm rows, 3 on all rows, at fwd_ept
                                    elements a thread */
+  int bwd_rms;              /* backward: RMSNorm without dbeta on the warp tier's and the ring's
+                               kernels of their own: 1 where plan_backward says, 0 never, 2
+                               (tuning builds) always */
 };
 
 #ifdef FNORM_TUNING
@@ -142,8 +145,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1,   32, 16,
-              1, 4, 1, 1,   1,    0,   4,  1, 0, 0,  2, 0, 1, 1,    1, 1, 128, 1,  1};
+  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,   1, 32, 16, 1,
+              4, 1, 1, 1,   0,    4,   1,  0, 0, 2,  0, 1, 1, 1,    1, 128, 1, 1,  1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -183,6 +186,7 @@ Tuning tuning() {
   t.bwd_resident_threads = tune_knob("FNORM_TUNE_BWD_RESIDENT_THREADS", t.bwd_resident_threads);
   t.fwd_rms16_long = tune_knob("FNORM_TUNE_FWD_RMS16_LONG", t.fwd_rms16_long);
   t.fwd_lean = tune_knob("FNORM_TUNE_FWD_LEAN", t.fwd_lean);
+  t.bwd_rms = tune_knob("FNORM_TUNE_BWD_RMS", t.bwd_rms);
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
       t.bwd_resident_threads % 32)
     t.bwd_resident_threads = 128; /* the default */
@@ -648,6 +652,23 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
       plan_stream(pl, p, nvec, dev); /* any length */
     }
   }
+  /* RMSNorm rows without dbeta (the dispatch knows that) on kernels without the sum of g and the
+   * dbeta accumulators and partials (bwd_warp_kernel's and bwd_ring_kernel's RMS forms: 80-103
+   * registers instead of 118-127). A/B runs AK1-AK2 (H200, 2^27 elements, builds alternated):
+   * the ring 16-bit N = 6144-65536 +2.6 to +4.4%, its RESIDENT form (262144; 16-bit rows with
+   * fp32 gamma) +6 to +11%, the warp tier 16-bit 384-3072 level to +5.3%, fp32 -0.5 to +5.5%,
+   * and 4096 rows (less of the dbeta partials to write and add) +4 to +17%; but the 16-bit rows
+   * of 8 warps (N = 2049-4096) and the ring's three-stage rows (4097-5120) 0.7-3% slower from
+   * 16384 rows on (at 8192 rows and fewer 3.7-9% faster), and fp32 ring rows (N > 32768) 1.7-3.1%
+   * slower: those keep the general kernels (as do the warp tier's clusters, the register ring
+   * and the stream tier, which have no RMS form). */
+  const bool is16 = dtype_bytes(p->dtype) == 2;
+  const bool rms_kernels = (pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING;
+  pl.rms_form = p->norm == FNORM_RMSNORM && !from_y && rms_kernels &&
+                (tn.bwd_rms == 2 || (tn.bwd_rms == 1 && !(pl.tier == TIER_RING && !is16) &&
+                                     !(is16 && p->rows >= 16384 &&
+                                       ((pl.tier == TIER_WARP && pl.group == 256) ||
+                                        (pl.tier == TIER_RING && !pl.variant && pl.nbuf == 3)))));
   /* The finalize's columns a block. ncu4: 32 CTAs of 32 columns took as long as the backward
    * at N = 1024, M = 4096. Sweep 32 (H200, M = 4096 under graph replay): 16 columns +1.4 to
    * +2.7 points at N = 1024, but -1 to -2.7 at 4096-15872 (main grid: -1.6 to +0.6). */
