@@ -20,9 +20,9 @@
  *    argument is ignored.
  *  - All statistics and reductions are accumulated in fp32 or wider. mean and rstd are fp32.
  *    Conversions to fp16/bf16 round to nearest even.
- *  - Results are deterministic: the same inputs on the same device give bitwise the same
- *    outputs, dgamma and dbeta included (they are reduced in a fixed order, never with
- *    floating-point atomics).
+ *  - Results are deterministic: the same call (the same inputs, and the same outputs asked
+ *    for) on the same device gives bitwise the same outputs, dgamma and dbeta included (they
+ *    are reduced in a fixed order, never with floating-point atomics).
  *
  * Typical use (CPU; for CUDA pass FNORM_DEVICE_CUDA, device pointers and a stream):
  *
@@ -212,6 +212,8 @@ FNORM_API fnorm_status fnorm_forward(const fnorm_desc *desc, const fnorm_forward
  *
  * Given dy = dL/dy, computes dx = dL/dx, dgamma = dL/dgamma and dbeta = dL/dbeta. Each of dx,
  * dgamma and dbeta is optional (NULL skips it) and is overwritten, never accumulated into.
+ * (The CUDA backend runs RMSNorm without dbeta on kernels of its own, so asking for dbeta or not
+ * may change dgamma in its last bits; each way is deterministic.)
  *
  * The forward's input can be given in two ways, exactly one of which must be used:
  *  - x with the forward's rstd (and mean, for LayerNorm): exact.
