@@ -121,17 +121,18 @@ static void gpu_forward_case(const char *group, const tcase *c) {
 }
 
 static const int64_t sizes_full[] = {
-    1,     2,     3,     4,     5,     6,      7,      8,      31,     32,          33,
-    63,    64,    65,    96,    127,   128,    192,    129,    255,    256,         257,
-    383,   384,   511,   512,   513,   767,    768,    1023,   1024,   1025,        1280,
-    1536,  2047,  2048,  2049,  2304,  3000,   3072,   4095,   4096,   4097,        4608,
-    5120,  6143,  8191,  8192,  8193,  12289,  16383,  16384,  16385,  24577,       32767,
-    32768, 32769, 65535, 65536, 65537, 131071, 262144, 262147, 802816, 1048576 + 7, 32776};
+    1,     2,      3,      4,      5,      6,           7,     8,     31,    32,    33,    63,
+    64,    65,     96,     127,    128,    192,         129,   255,   256,   257,   383,   384,
+    511,   512,    513,    767,    768,    1023,        1024,  1025,  1280,  1536,  2047,  2048,
+    2049,  2304,   3000,   3072,   4095,   4096,        4097,  4608,  5120,  6143,  8191,  8192,
+    8193,  12289,  16383,  16384,  16385,  20480,       24577, 32767, 32768, 32769, 65535, 65536,
+    65537, 131071, 262144, 262147, 802816, 1048576 + 7, 32776};
 /* Odd lengths take the one-element paths, multiples of 8 the 16-byte vector paths (and on
  * sm_90 the bulk-copy ring tier, a cluster per row from 16384 on); 802816 fp32 the streaming
  * forward, bf16 the staged one. 1280, 1536, 2304 and 3072 fill the backward's 4 or 8 warps a
  * row partly (or, 16-bit 2304, go to the ring instead). 16-bit 4608 and 5120 take the ring's
- * three stages. */
+ * three stages; 16-bit LayerNorm 20480 and 32768 the lean form's four vectors a thread (640 and
+ * 1024 threads). */
 static const int64_t sizes_quick[] = {1,    7,    33,    128,   257,   1024,   1025,   4096,
                                       4097, 5120, 16384, 16385, 65537, 262144, 262147, 802816};
 

@@ -132,9 +132,12 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
       const bool lean =
           rms ? (is16 ? p.cols > 16384 || (p16 && (p.cols > 8192 || p.rows * p.cols >= (1 << 25)))
                       : p.cols > 8192 && p.cols <= 16384)
-              : is16 && p16 && p.cols <= 4096 && p.rows >= 64 * (int64_t)dev.sm_count;
+              : is16 && p16 &&
+                    ((p.cols <= 4096 && p.rows >= 64 * (int64_t)dev.sm_count) ||
+                     (p.cols > 16384 && p.cols <= 32768 && p.cols % 1024 == 0));
       require(!!pl.variant == lean,
-              "forward CTA-per-row kernel: the lean form on the rows of sweep 52's rules");
+              "forward CTA-per-row kernel: the lean form on the rows of sweep 52's rules and "
+              "A/B run AL1's");
       require(!pl.variant ||
                   (pl.reread == 0 && pl.vpt * vec == (is16 && p.cols > 8192 ? 32 : 16)) ||
                   (int64_t)pl.vpt * 512 < nvec,
@@ -426,9 +429,9 @@ void check_choices() {
              cap == 32 ? "32 persistent CTAs an SM" : "48 persistent CTAs an SM");
     }
   /* Forward: 16-bit rows of 4096-32768 on the CTA-per-row kernel, RMSNorm's in its lean form
-   * (sweep 52), LayerNorm's past 4096 not; past 32768 on the register kernel. With 4096 rows of
-   * 4096, RMSNorm's and LayerNorm's not lean; fp32 RMSNorm lean at 16384, not at 8192 (read again
-   * for y) or 32768. */
+   * (sweep 52), LayerNorm's at 4096 and past 16384 (A/B run AL1), not between; past 32768 on
+   * the register kernel. With 4096 rows of 4096, RMSNorm's and LayerNorm's not lean; fp32 RMSNorm
+   * lean at 16384, not at 8192 (read again for y) or 32768. */
   const int64_t ccols[] = {4096, 8192, 16384, 20480, 24576, 32768, 65536};
   for (int i = 0; i < 7; ++i)
     for (int nm = 0; nm < 2; ++nm) {
@@ -436,7 +439,8 @@ void check_choices() {
       const int64_t rows = grid_rows(ccols[i]);
       p = problem(BF16, norm, rows, ccols[i]);
       const Plan pl = plan_forward(&p, 8, h200.info);
-      const bool reg = ccols[i] > 32768, lean = !reg && (norm == RMS || ccols[i] <= 4096);
+      const bool reg = ccols[i] > 32768,
+                 lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 16384);
       expect(h200, BF16, norm, rows, ccols[i], false,
              pl.mode == (reg ? MODE_REG : MODE_CTA) && !!pl.variant == lean,
              reg    ? "the register kernel"
@@ -444,8 +448,9 @@ void check_choices() {
                     : "the CTA-per-row kernel");
       p.rows = 4096;
       expect(h200, BF16, norm, 4096, ccols[i], false,
-             !!plan_forward(&p, 8, h200.info).variant == (norm == RMS && ccols[i] > 4096 && !reg),
-             "4096 rows: the lean form for RMSNorm rows of 8192-32768");
+             !!plan_forward(&p, 8, h200.info).variant ==
+                 (!reg && ((norm == RMS && ccols[i] > 4096) || ccols[i] > 16384)),
+             "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of 16385-32768");
     }
   {
     const int64_t fcols[] = {8192, 16384, 32768};

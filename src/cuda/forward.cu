@@ -534,8 +534,9 @@ __global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
  * CTA-per-row kernel above (64 registers, one CTA) ran 80%.
  * RMSNorm: the sum of squares from the vectors as loaded, four at a time. LayerNorm (VPT <= 4:
  * the thread's vectors held as loaded, centred on the thread's mean, then Chan's combination
- * over the CTA behind one barrier, as cta_ln_stats). FULL: every thread's VPT vectors lie in
- * the row (no tests; LayerNorm's counts are constants). */
+ * over the CTA behind one barrier, as cta_ln_stats; the FULL form of four vectors centres them
+ * two at a time). FULL: every thread's VPT vectors lie in the row (no tests; LayerNorm's counts
+ * are constants). */
 template <typename T, typename P, int VEC, int VPT, bool LN, int MINB, bool FULL = false>
 __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
   static_assert(!LN || VPT <= 4, "LayerNorm holds the thread's vectors");
@@ -558,7 +559,61 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *xr = (const T *)a.x + row * a.x_stride;
     float mean = 0.f, c = 0.f, rstd;
-    if constexpr (LN) {
+    if constexpr (LN && FULL && VPT == 4) {
+      /* Four vectors a thread (rows of 32 16-bit elements a thread): held two at a time, each
+       * pair centred on its own mean, the pairs merged by Chan's update (equal counts h: the
+       * M2 term delta^2 * h / 2), then combined over the CTA as below. Holding all four spills
+       * in 32 registers (sweep 52: -20 to -30 points). The empty asm keeps the compiler from
+       * loading the second pair before the first is reduced. */
+      constexpr float h = 2.f * VEC, inv_h = 1.f / h;
+      float bm[2], br[2], bq[2];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        Pack<T, VEC> raw[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          raw[k] =
+              load_l1<T, VEC, false>(xr + (threadIdx.x + (int64_t)(2 * b + k) * blockDim.x) * VEC);
+        float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+#pragma unroll
+          for (int e = 0; e < VEC; e += 2) {
+            p0 += pack_f32<T, VEC>(raw[k], e);
+            p1 += pack_f32<T, VEC>(raw[k], e + 1);
+          }
+        const float m = (p0 + p1) * inv_h;
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          opaque(raw[k]);
+        float d0 = 0.f, d1 = 0.f, q0 = 0.f, q1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+#pragma unroll
+          for (int e = 0; e < VEC; e += 2) {
+            const float x0 = pack_f32<T, VEC>(raw[k], e) - m;
+            const float x1 = pack_f32<T, VEC>(raw[k], e + 1) - m;
+            d0 += x0;
+            d1 += x1;
+            q0 = fmaf(x0, x0, q0);
+            q1 = fmaf(x1, x1, q1);
+          }
+        const float s1 = d0 + d1;
+        bm[b] = m;
+        br[b] = s1 * inv_h;
+        bq[b] = (q0 + q1) - s1 * br[b];
+        asm volatile("" ::: "memory");
+      }
+      const float delta = (bm[1] - bm[0]) + (br[1] - br[0]);
+      const float m2t = (bq[0] + bq[1]) + (0.5f * h) * delta * delta;
+      const ChunkStats cs =
+          cta_ln_combine(bm[0], fmaf(0.5f, delta, br[0]), m2t, counts, warp, round);
+      mean = cs.ref;
+      c = cs.c;
+      float var = cs.m2 * inv_n;
+      var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
+      rstd = 1.f / sqrtf(var + a.eps);
+    } else if constexpr (LN) {
       Pack<T, VEC> raw[VPT];
       float p0 = 0.f, p1 = 0.f;
 #pragma unroll
@@ -655,7 +710,10 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
           again[k] = load_l1<T, VEC, true>(xr + i * VEC);
       }
     }
-#pragma unroll
+    /* (LayerNorm at four vectors: a vector at a time, not unrolled; unrolled, the compiler
+     * loads the next vector's x, gamma and beta early and spills in 32 registers) */
+    constexpr int Y_UNROLL = LN && VPT == 4 ? 1 : VPT;
+#pragma unroll Y_UNROLL
     for (int k = 0; k < VPT; ++k) {
       const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
       if (!FULL && i >= nvec)

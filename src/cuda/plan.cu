@@ -400,7 +400,11 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    *   fp32 RMSNorm 8193-16384, 16 a thread: 16384 93% -> 98% (24576-32768 -1 to -8: kept);
    *   16-bit LayerNorm 2049-4096 with 16-bit gamma and 64 rows an SM, 16 a thread: 4096 +0.9
    *     (bf16) and +3.1 (fp16) (8192 -1.4 to +0.6, 4096 rows of 4096 -3.6; longer 16-bit
-   *     LayerNorm rows hold 32 elements a thread, which spill in 32 registers: -20 to -30).
+   *     LayerNorm rows hold 32 elements a thread, which spilled in 32 registers: -20 to -30).
+   *   16-bit LayerNorm 16385-32768 with 16-bit gamma, rows of a multiple of 1024 (the FULL form,
+   *     whose statistics take the thread's four vectors two at a time, so that they no longer
+   *     spill): A/B run AL1 (H200, release builds alternated) 32768 77-80% -> 89-91% of the
+   *     copy, 17408-28672 60-77% -> 91-95%, 264 rows of 32768 61% -> 70%.
    * The rows these rules do not name keep their kernels. (Before sweep 52, 16-bit RMSNorm rows
    * past 20480 took the register kernel, +2 to +6 points over the CTA-per-row kernel's other
    * forms in sweeps 41-42.) */
@@ -419,6 +423,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       lean_ept = 16;
     else if (!rms && is16 && p16 && p->cols <= 4096 && p->rows >= 64 * (int64_t)dev.sm_count)
       lean_ept = 16;
+    else if (!rms && is16 && p16 && p->cols > 16384 && p->cols <= 32768 && p->cols % 1024 == 0)
+      lean_ept = 32;
   } else if (kTuningBuild && (tn.fwd_lean == 3 || (tn.fwd_lean == 2 && rms))) {
     lean_ept = tn.fwd_ept;
   }
