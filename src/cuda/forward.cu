@@ -560,11 +560,12 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
     const T *xr = (const T *)a.x + row * a.x_stride;
     float mean = 0.f, c = 0.f, rstd;
     if constexpr (LN && FULL && VPT == 4) {
-      /* Four vectors a thread (rows of 32 16-bit elements a thread): held two at a time, each
-       * pair centred on its own mean, the pairs merged by Chan's update (equal counts h: the
-       * M2 term delta^2 * h / 2), then combined over the CTA as below. Holding all four spills
-       * in 32 registers (sweep 52: -20 to -30 points). The empty asm keeps the compiler from
-       * loading the second pair before the first is reduced. */
+      /* Four vectors a thread (rows of 32 16-bit elements a thread): centred two at a time,
+       * each pair on its own mean, the pairs merged by Chan's update (equal counts h: the M2
+       * term delta^2 * h / 2), then combined over the CTA as below. Centring all four on one
+       * mean spilled in 32 registers (sweep 52: -20 to -30 points; 104 bytes with the y pass
+       * below); this form spills none on sm_80 or sm_90. (ptxas still issues the four loads
+       * first, 16 registers of packed values; the empty asm only orders the two pairs' sums.) */
       constexpr float h = 2.f * VEC, inv_h = 1.f / h;
       float bm[2], br[2], bq[2];
 #pragma unroll
