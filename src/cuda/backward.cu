@@ -319,42 +319,32 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
       gx[j] = g[j] * xh[j];
     sums[0] = RMS || !a.layernorm ? 0.f : tree_sum<EPT>(g);
     sums[1] = tree_sum<EPT>(gx);
-    if constexpr (WARPS_PER_ROW == 1 && RMS) {
-      float s1[1] = {sums[1]};
-      group_sum<GROUP, 1>(s1);
-      sums[1] = s1[0];
-    } else if constexpr (WARPS_PER_ROW == 1) {
-      group_sum<GROUP, 2>(sums);
-    } else if constexpr (RMS) { /* as below, the second sum alone */
-      float s1[1] = {sums[1]};
-      group_sum<32, 1>(s1);
-      const int w = threadIdx.x / 32, w0 = (threadIdx.x / GROUP) * WARPS_PER_ROW;
-      if (threadIdx.x % 32 == 0)
-        xchg[parity][w][1] = s1[0];
-      named_barrier(1 + threadIdx.x / GROUP, GROUP);
-      sums[1] = 0.f;
-#pragma unroll
-      for (int r = 0; r < WARPS_PER_ROW; ++r)
-        sums[1] += xchg[parity][w0 + r][1];
-      parity ^= 1;
+    /* The row's sums over its lanes: v, the last K of sums in place (RMS: the second alone;
+     * the first is 0). */
+    constexpr int K = RMS ? 1 : 2, K0 = 2 - K;
+    float(&v)[K] = *reinterpret_cast<float(*)[K]>(sums + K0);
+    if constexpr (WARPS_PER_ROW == 1) {
+      group_sum<GROUP, K>(v);
     } else {
       /* Each warp's sums into this row's parity slot; the slot of the other parity may still
        * be read by a warp of the previous row, none can still read this one: a warp writes it
        * again only after the next row's barrier, which every warp of the row reaches only
        * after its reads here. Added in warp order (deterministic). */
-      group_sum<32, 2>(sums);
+      group_sum<32, K>(v);
       const int w = threadIdx.x / 32, w0 = (threadIdx.x / GROUP) * WARPS_PER_ROW;
-      if (threadIdx.x % 32 == 0) {
-        xchg[parity][w][0] = sums[0];
-        xchg[parity][w][1] = sums[1];
-      }
-      named_barrier(1 + threadIdx.x / GROUP, GROUP);
-      sums[0] = sums[1] = 0.f;
+      if (threadIdx.x % 32 == 0)
 #pragma unroll
-      for (int r = 0; r < WARPS_PER_ROW; ++r) {
-        sums[0] += xchg[parity][w0 + r][0];
-        sums[1] += xchg[parity][w0 + r][1];
-      }
+        for (int k = 0; k < K; ++k)
+          xchg[parity][w][K0 + k] = v[k];
+      named_barrier(1 + threadIdx.x / GROUP, GROUP);
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        v[k] = 0.f;
+#pragma unroll
+      for (int r = 0; r < WARPS_PER_ROW; ++r)
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+          v[k] += xchg[parity][w0 + r][K0 + k];
       parity ^= 1;
     }
     if constexpr (CLUSTER) {

@@ -670,11 +670,12 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * and the stream tier, which have no RMS form). */
   const bool is16 = dtype_bytes(p->dtype) == 2;
   const bool rms_kernels = (pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING;
+  const bool rms_slower =
+      (pl.tier == TIER_RING && !is16) || (is16 && p->rows >= 16384 &&
+                                          ((pl.tier == TIER_WARP && pl.group == 256) ||
+                                           (pl.tier == TIER_RING && !pl.variant && pl.nbuf == 3)));
   pl.rms_form = p->norm == FNORM_RMSNORM && !from_y && rms_kernels &&
-                (tn.bwd_rms == 2 || (tn.bwd_rms == 1 && !(pl.tier == TIER_RING && !is16) &&
-                                     !(is16 && p->rows >= 16384 &&
-                                       ((pl.tier == TIER_WARP && pl.group == 256) ||
-                                        (pl.tier == TIER_RING && !pl.variant && pl.nbuf == 3)))));
+                (tn.bwd_rms == 2 || (tn.bwd_rms == 1 && !rms_slower));
   /* The finalize's columns a block. ncu4: 32 CTAs of 32 columns took as long as the backward
    * at N = 1024, M = 4096. Sweep 32 (H200, M = 4096 under graph replay): 16 columns +1.4 to
    * +2.7 points at N = 1024, but -1 to -2.7 at 4096-15872 (main grid: -1.6 to +0.6). */
