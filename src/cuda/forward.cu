@@ -526,6 +526,45 @@ __global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
   fwd_cta_body<T, P, VEC, VPT, LN, true, FULL>(a);
 }
 
+/* The moments of the N vectors a thread holds as loaded (vector k the thread's k-th of the
+ * row; a vector past nvec, unless FULL, counts as absent): m, their mean's first estimate (the
+ * sum times inv_n, 1 / the values present), rel, its correction, and m2, the sum of squares
+ * about m + rel. Two passes over the registers, the second converting the packs again: they pass
+ * through an empty asm first, so that the compiler does not keep the first pass's floats. */
+template <typename T, int VEC, int N, bool FULL>
+__device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nvec, float inv_n,
+                                             float &m, float &rel, float &m2) {
+  float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+#pragma unroll
+    for (int e = 0; e < VEC; e += 2) {
+      p0 += pack_f32<T, VEC>(raw[k], e);
+      p1 += pack_f32<T, VEC>(raw[k], e + 1);
+    }
+  m = (p0 + p1) * inv_n;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    opaque(raw[k]);
+  float d0 = 0.f, d1 = 0.f, q0 = 0.f, q1 = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const bool mine = FULL || threadIdx.x + (int64_t)k * blockDim.x < nvec;
+#pragma unroll
+    for (int e = 0; e < VEC; e += 2) {
+      const float x0 = mine ? pack_f32<T, VEC>(raw[k], e) - m : 0.f;
+      const float x1 = mine ? pack_f32<T, VEC>(raw[k], e + 1) - m : 0.f;
+      d0 += x0;
+      d1 += x1;
+      q0 = fmaf(x0, x0, q0);
+      q1 = fmaf(x1, x1, q1);
+    }
+  }
+  const float s1 = d0 + d1;
+  rel = s1 * inv_n;
+  m2 = (q0 + q1) - s1 * rel;
+}
+
 /* A CTA a row in at most 32 registers a thread (MINB = 2: two CTAs of 1024 threads an SM), x
  * read twice: once for the statistics, then again for y, mostly from L1 (the first read keeps
  * the row there, the second marks it evict-first). Two CTAs an SM overlap one row's reductions
@@ -559,107 +598,51 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *xr = (const T *)a.x + row * a.x_stride;
     float mean = 0.f, c = 0.f, rstd;
-    if constexpr (LN && FULL && VPT == 4) {
-      /* Four vectors a thread (rows of 32 16-bit elements a thread): centred two at a time,
-       * each pair on its own mean, the pairs merged by Chan's update (equal counts h: the M2
-       * term delta^2 * h / 2), then combined over the CTA as below. Centring all four on one
-       * mean spilled in 32 registers (sweep 52: -20 to -30 points; 104 bytes with the y pass
-       * below); this form spills none on sm_80 or sm_90. (ptxas still issues the four loads
-       * first, 16 registers of packed values; the empty asm only orders the two pairs' sums.) */
-      constexpr float h = 2.f * VEC, inv_h = 1.f / h;
-      float bm[2], br[2], bq[2];
+    if constexpr (LN) {
+      /* The thread's moments: mt, its mean's first estimate, rel, the correction, m2t, the sum
+       * of squares about mt + rel; then combined over the CTA (cta_ln_combine). */
+      float mt, rel, m2t;
+      if constexpr (FULL && VPT == 4) {
+        /* Four vectors a thread (rows of 32 16-bit elements a thread): centred two at a time,
+         * each pair on its own mean, the pairs merged by Chan's update (equal counts h: the M2
+         * term delta^2 * h / 2). Centring all four on one mean spilled in 32 registers (sweep
+         * 52: -20 to -30 points; 104 bytes with the y pass below); this form spills none on
+         * sm_80 or sm_90. (ptxas still issues the four loads first, 16 registers of packed
+         * values; the empty asm only orders the two pairs' sums.) */
+        constexpr float h = 2.f * VEC, inv_h = 1.f / h;
+        float bm[2], br[2], bq[2];
 #pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        Pack<T, VEC> raw[2];
+        for (int b = 0; b < 2; ++b) {
+          Pack<T, VEC> raw[2];
 #pragma unroll
-        for (int k = 0; k < 2; ++k)
-          raw[k] =
-              load_l1<T, VEC, false>(xr + (threadIdx.x + (int64_t)(2 * b + k) * blockDim.x) * VEC);
-        float p0 = 0.f, p1 = 0.f;
+          for (int k = 0; k < 2; ++k)
+            raw[k] = load_l1<T, VEC, false>(xr + (threadIdx.x + (int64_t)(2 * b + k) * blockDim.x) *
+                                                     VEC);
+          held_moments<T, VEC, 2, true>(raw, nvec, inv_h, bm[b], br[b], bq[b]);
+          asm volatile("" ::: "memory");
+        }
+        const float delta = (bm[1] - bm[0]) + (br[1] - br[0]);
+        mt = bm[0];
+        rel = fmaf(0.5f, delta, br[0]);
+        m2t = (bq[0] + bq[1]) + (0.5f * h) * delta * delta;
+      } else {
+        Pack<T, VEC> raw[VPT];
 #pragma unroll
-        for (int k = 0; k < 2; ++k)
+        for (int k = 0; k < VPT; ++k) {
+          const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+          if (FULL || i < nvec) {
+            raw[k] = load_l1<T, VEC, false>(xr + i * VEC);
+          } else {
 #pragma unroll
-          for (int e = 0; e < VEC; e += 2) {
-            p0 += pack_f32<T, VEC>(raw[k], e);
-            p1 += pack_f32<T, VEC>(raw[k], e + 1);
+            for (int e = 0; e < VEC; ++e)
+              raw[k].v[e] = from_f32<T>(0.f);
           }
-        const float m = (p0 + p1) * inv_h;
-#pragma unroll
-        for (int k = 0; k < 2; ++k)
-          opaque(raw[k]);
-        float d0 = 0.f, d1 = 0.f, q0 = 0.f, q1 = 0.f;
-#pragma unroll
-        for (int k = 0; k < 2; ++k)
-#pragma unroll
-          for (int e = 0; e < VEC; e += 2) {
-            const float x0 = pack_f32<T, VEC>(raw[k], e) - m;
-            const float x1 = pack_f32<T, VEC>(raw[k], e + 1) - m;
-            d0 += x0;
-            d1 += x1;
-            q0 = fmaf(x0, x0, q0);
-            q1 = fmaf(x1, x1, q1);
-          }
-        const float s1 = d0 + d1;
-        bm[b] = m;
-        br[b] = s1 * inv_h;
-        bq[b] = (q0 + q1) - s1 * br[b];
-        asm volatile("" ::: "memory");
-      }
-      const float delta = (bm[1] - bm[0]) + (br[1] - br[0]);
-      const float m2t = (bq[0] + bq[1]) + (0.5f * h) * delta * delta;
-      const ChunkStats cs =
-          cta_ln_combine(bm[0], fmaf(0.5f, delta, br[0]), m2t, counts, warp, round);
-      mean = cs.ref;
-      c = cs.c;
-      float var = cs.m2 * inv_n;
-      var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
-      rstd = 1.f / sqrtf(var + a.eps);
-    } else if constexpr (LN) {
-      Pack<T, VEC> raw[VPT];
-      float p0 = 0.f, p1 = 0.f;
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-        if (FULL || i < nvec) {
-          raw[k] = load_l1<T, VEC, false>(xr + i * VEC);
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            raw[k].v[e] = from_f32<T>(0.f);
         }
+        /* (At 4 16-bit vectors a thread this form spills in 32 registers, 130-220 bytes; it is
+         * planned at up to 2.) */
+        held_moments<T, VEC, VPT, FULL>(raw, nvec, counts.inv_nt, mt, rel, m2t);
       }
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-#pragma unroll
-        for (int e = 0; e < VEC; e += 2) {
-          p0 += pack_f32<T, VEC>(raw[k], e);
-          p1 += pack_f32<T, VEC>(raw[k], e + 1);
-        }
-      /* The thread's values centred on their own mean (two passes over its registers, the
-       * second converting them again), then combined over the CTA (cta_ln_combine). The packs
-       * pass through an empty asm first, so that the compiler converts them again instead of
-       * keeping the first pass's floats. (At 4 16-bit vectors a thread the form spills in 32
-       * registers all the same, 130-220 bytes; it is planned at 2, where it does not.) */
-      const float mt = (p0 + p1) * counts.inv_nt;
-#pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        opaque(raw[k]);
-      float d0 = 0.f, d1 = 0.f, q0 = 0.f, q1 = 0.f;
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const bool mine = FULL || threadIdx.x + (int64_t)k * blockDim.x < nvec;
-#pragma unroll
-        for (int e = 0; e < VEC; e += 2) {
-          const float x0 = mine ? pack_f32<T, VEC>(raw[k], e) - mt : 0.f;
-          const float x1 = mine ? pack_f32<T, VEC>(raw[k], e + 1) - mt : 0.f;
-          d0 += x0;
-          d1 += x1;
-          q0 = fmaf(x0, x0, q0);
-          q1 = fmaf(x1, x1, q1);
-        }
-      }
-      const float s1 = d0 + d1, rel = s1 * counts.inv_nt;
-      const ChunkStats cs = cta_ln_combine(mt, rel, (q0 + q1) - s1 * rel, counts, warp, round);
+      const ChunkStats cs = cta_ln_combine(mt, rel, m2t, counts, warp, round);
       mean = cs.ref;
       c = cs.c;
       float var = cs.m2 * inv_n;
