@@ -121,20 +121,21 @@ static void gpu_forward_case(const char *group, const tcase *c) {
 }
 
 static const int64_t sizes_full[] = {
-    1,     2,      3,      4,      5,      6,           7,     8,     31,    32,    33,    63,
-    64,    65,     96,     127,    128,    192,         129,   255,   256,   257,   383,   384,
-    511,   512,    513,    767,    768,    1023,        1024,  1025,  1280,  1536,  2047,  2048,
-    2049,  2304,   3000,   3072,   4095,   4096,        4097,  4608,  5120,  6143,  8191,  8192,
-    8193,  12289,  16383,  16384,  16385,  20480,       24577, 32767, 32768, 32769, 65535, 65536,
-    65537, 131071, 262144, 262147, 802816, 1048576 + 7, 32776};
+    1,     2,      3,      4,      5,      6,      7,           8,     31,    32,    33,    63,
+    64,    65,     96,     127,    128,    192,    129,         255,   256,   257,   383,   384,
+    511,   512,    513,    767,    768,    1023,   1024,        1025,  1280,  1536,  2047,  2048,
+    2049,  2304,   3000,   3072,   4095,   4096,   4097,        4608,  5120,  6143,  8191,  8192,
+    8193,  12289,  16383,  16384,  16385,  20480,  24577,       32767, 32768, 32769, 65535, 65536,
+    65537, 131071, 262144, 262147, 393224, 802816, 1048576 + 7, 32776};
 /* Odd lengths take the one-element paths, multiples of 8 the 16-byte vector paths (and on
  * sm_90 the bulk-copy ring tier, a cluster per row from 16384 on); 802816 fp32 the streaming
- * forward, bf16 the staged one. 1280, 1536, 2304 and 3072 fill the backward's 4 or 8 warps a
- * row partly (or, 16-bit 2304, go to the ring instead). 16-bit 4608 and 5120 take the ring's
- * three stages; 16-bit LayerNorm 20480 and 32768 the lean form's four vectors a thread (640 and
- * 1024 threads). */
-static const int64_t sizes_quick[] = {1,    7,    33,    128,   257,   1024,   1025,   4096,
-                                      4097, 5120, 16384, 16385, 65537, 262144, 262147, 802816};
+ * forward, 16-bit the bulk-copy one (sm_90; elsewhere the staged one, as 16-bit 393224 on every
+ * GPU). 1280, 1536, 2304 and 3072 fill the backward's 4 or 8 warps a row partly (or, 16-bit
+ * 2304, go to the ring instead). 16-bit 4608 and 5120 take the ring's three stages; 16-bit
+ * LayerNorm 20480 and 32768 the lean form's four vectors a thread (640 and 1024 threads). */
+static const int64_t sizes_quick[] = {1,     7,      33,     128,    257,   1024,
+                                      1025,  4096,   4097,   5120,   16384, 16385,
+                                      65537, 262144, 262147, 393224, 802816};
 
 /* Rows enough for the forward's CTA-per-row tier, which the dispatch takes only with at least
  * two rows per SM (vector rows of up to 32768 elements): 2 x 160 SMs, more than any supported
@@ -270,6 +271,16 @@ static void cuda_sizes(void) {
       forward_cases(lean_rms3, 1, 4096, 0);
       forward_cases(lean_ln, 2, ONE_WARP_ROWS, 0);
     }
+  }
+  /* The forward bulk-copy kernel (16-bit rows past 65536 vectors on sm_90: a cluster of up to
+   * 16 CTAs a row, as many clusters as are resident, 16 of 8 on an H200, each looping over rows
+   * and refilling its pieces with the next row's): more rows than clusters, so that a cluster
+   * takes a second row; 600008 leaves the last CTA a shorter chunk. Under --quick the first
+   * alone. */
+  {
+    static const case_shape bulk_form[] = {{3, 0, 802816}, {2, 1, 600008}};
+    forward_cases(bulk_form, 1, 19, 1);
+    forward_cases(bulk_form + 1, 1, 40, 0);
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
    * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last

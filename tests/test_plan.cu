@@ -155,9 +155,30 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   case MODE_GLOBAL:
     require(pl.chunk * pl.cluster >= nvec, "forward staged kernel: the row covered");
     require(pl.nbuf == 1 || pl.nbuf == 2, "forward staged kernel: 1 or 2 buffers");
+    require(kTuningBuild || !wide || dev.cc_major < 9 || nvec <= 65536 ||
+                cdiv(nvec, 16) * 16 > dev.max_smem_optin,
+            "forward staged kernel: not where the bulk-copy kernel takes the row");
     require(pl.smem <= (size_t)dev.max_smem_optin, "forward staged kernel: shared memory fits");
     require(pl.mode == MODE_STAGED || pl.smem == 0, "forward re-reading kernel: no stages");
     require(pl.grid < 0, "forward staged kernel: persistent");
+    break;
+  case MODE_BULK:
+    require(wide && dev.cc_major >= 9, "forward bulk-copy kernel: 16-byte rows, sm_90");
+    require(kTuningBuild || (p.dtype != FNORM_DTYPE_F32 && nvec > 65536),
+            "forward bulk-copy kernel: 16-bit rows of more than 65536 vectors (sweep 57)");
+    require(pl.cluster >= 1 && pl.cluster <= 16, "forward bulk-copy kernel: a cluster of 1-16");
+    require(pl.chunk * pl.cluster >= nvec && pl.chunk * (pl.cluster - 1) < nvec,
+            "forward bulk-copy kernel: the row covered, every CTA a part");
+    require(pl.smem == (size_t)pl.chunk * 16 && pl.smem <= (size_t)dev.max_smem_optin,
+            "forward bulk-copy kernel: the chunk fits in shared memory");
+    require(pl.cluster == 1 ||
+                (size_t)cdiv(nvec, pl.cluster / 2) * 16 > (size_t)dev.max_smem_optin ||
+                p.rows * (pl.cluster / 2) < dev.sm_count,
+            "forward bulk-copy kernel: the smallest cluster that holds the row, or more SMs for "
+            "few rows");
+    require(pl.nbuf >= 1 && pl.nbuf <= kBulkMaxPieces, "forward bulk-copy kernel: 1-8 pieces");
+    require(pl.threads == 512 && pl.grid < 0,
+            "forward bulk-copy kernel: persistent 512-thread CTAs");
     break;
   case MODE_STREAM:
     require(wide, "forward streaming kernel: 16-byte rows");

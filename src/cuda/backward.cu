@@ -630,16 +630,7 @@ __global__ void __launch_bounds__(512, 1)
   const int count = (int)chunk_count(nvec, chunk_vecs, crank);
   const uint32_t bytes = (uint32_t)count * (uint32_t)sizeof(V);
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < nstages; ++s)
-      mbar_init(&full[s], 1);
-    mbar_init(&red.xbar[0], 1);
-    mbar_init(&red.xbar[1], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (csize > 1)
-    cg::this_cluster().sync();
+  bulk_barriers_init(full, nstages, red, csize);
   const T *dychunk = (const T *)a.dy + v0 * VEC;
   const T *xychunk = (const T *)a.xy + v0 * VEC;
   auto issue = [&](int s, int64_t row) {

@@ -583,6 +583,24 @@ __device__ __forceinline__ void ring_red_init(RingRed &red, int csize) {
 #endif
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The bulk-copy kernels' mbarriers (thread 0): `n` stage barriers of one arrival each and the
+ * cluster exchange's, visible to the whole cluster before any copy or exchange signals them. */
+__device__ __forceinline__ void bulk_barriers_init(unsigned long long *full, int n, RingRed &red,
+                                                   int csize) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < n; ++s)
+      mbar_init(&full[s], 1);
+    mbar_init(&red.xbar[0], 1);
+    mbar_init(&red.xbar[1], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (csize > 1)
+    cg::this_cluster().sync();
+}
+#endif
+
 /* A chunk of a row (a CTA's values): mean ref + c, sum of squared deviations m2, n values. */
 struct ChunkStats {
   float ref, c, m2, n;

@@ -21,8 +21,11 @@
  *                     flight, no register cost) and computes from there; otherwise the chunk is
  *                     re-read from global memory for each pass (L2 usually still holds it).
  *  fwd_stream_kernel  fp32 vector rows too long for the register kernel (16-bit ones take
- *                     fwd_row_kernel): each CTA streams its chunk once for the statistics and
- *                     once for y, the second pass mostly from L2.
+ *                     fwd_bulk_kernel or fwd_row_kernel): each CTA streams its chunk once for the
+ *                     statistics and once for y, the second pass mostly from L2.
+ *  fwd_bulk_kernel    16-bit vector rows past 2^16 vectors (sm_90) whose chunk a CTA's shared
+ *                     memory holds: a cluster per row, the chunk copied in by bulk copies piece
+ *                     by piece, each piece refilled with the next row's once its y is out.
  * fwd_warp_kernel, fwd_cta_kernel and fwd_reg_kernel also have a FULL form, for rows that their
  * threads' vectors fill exactly (every row of the benchmark grid): no per-vector tests. The
  * launcher picks it where A/B runs AH1-AH3 measured it faster (see each kernel).
@@ -41,7 +44,10 @@
  * for fwd_cta_kernel's rows (18-62% of the copy), the reread form for LayerNorm and 16-bit
  * rows (its register budget spills them; sweeps 33, 35 and 50), and for the warp tier's staged
  * 16-bit rows of 8-16 lanes a grid of only the resident CTAs or a 64-register bound for a
- * fourth CTA an SM (A/B runs AA1-AA2: 4-10% slower).
+ * fourth CTA an SM (A/B runs AA1-AA2: 4-10% slower), and for fp32 rows past the register
+ * kernel's an L2 form of the streaming kernel (one CTA an SM, so that x's second read hits L2;
+ * sweep 56: 7 clusters of 16 resident, 35-50% of the copy against 54-66%) and the bulk-copy
+ * kernel (sweep 57: LayerNorm 8-14 points slower, for the same reason).
  */
 #include "kernels.cuh"
 
@@ -848,6 +854,33 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
  * registers); with hints, the first read marks x evict-last in L2 and the second evict-first, as
  * torch.compile's kernels do (sweep 39: 64 x 802816 fp32 RMSNorm 53.8% -> 57.9% of the copy,
  * LayerNorm 49.8% -> 50.7%; on rows the CTA and register kernels take, 12-94% against 54-99%). */
+/* The row's statistics in the streaming and bulk-copy kernels, from each thread's part of the
+ * chunk: LayerNorm from its values' mean base + rel and their squared deviations m2 (combined by
+ * Chan's update over the CTA and the cluster), RMSNorm from its sum of squares ssq. x normalizes
+ * as ((x - ref) - off) * rstd (ref and off 0 for RMSNorm). */
+struct ChunkNorm {
+  float ref, off, rstd, mean;
+};
+template <bool LN>
+__device__ __forceinline__ ChunkNorm chunk_norm(float base, float rel, float m2, float ssq,
+                                                const LnCounts &counts, RingRed &red, int &round,
+                                                int &xround, int csize, float inv_n, float eps) {
+  ChunkNorm cn = {0.f, 0.f, 0.f, 0.f};
+  if constexpr (LN) {
+    const ChunkStats cs = cta_ln_combine(base, rel, m2, counts, red.warp, round);
+    const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, eps);
+    cn.ref = cs.ref;
+    cn.off = st.off;
+    cn.rstd = st.rstd;
+    cn.mean = st.mean;
+  } else {
+    float v[1] = {ssq};
+    cta_sum<1>(v, red, round);
+    cn.rstd = 1.f / sqrtf(cluster_sum(v[0], red, xround, csize) * inv_n + eps);
+  }
+  return cn;
+}
+
 constexpr int STREAM_BATCH = 4;
 
 template <typename T, typename P, int VEC, bool LN, int MINB>
@@ -923,21 +956,11 @@ __global__ void __launch_bounds__(512, MINB)
           }
       }
     }
-    float ref = 0.f, off = 0.f, rstd, mean_out = 0.f;
-    if constexpr (LN) {
-      const ChunkStats cs = cta_ln_combine(shift, mean, m2, counts, red.warp, round);
-      const RowStats st = ln_cluster_stats(cs, red, xround, csize, inv_n, a.eps);
-      ref = cs.ref;
-      off = st.off;
-      rstd = st.rstd;
-      mean_out = st.mean;
-    } else {
-      float s[1] = {(ssq[0] + ssq[1]) + (ssq[2] + ssq[3])};
-      cta_sum<1>(s, red, round);
-      rstd = 1.f / sqrtf(cluster_sum(s[0], red, xround, csize) * inv_n + a.eps);
-    }
+    const ChunkNorm cn = chunk_norm<LN>(shift, mean, m2, (ssq[0] + ssq[1]) + (ssq[2] + ssq[3]),
+                                        counts, red, round, xround, csize, inv_n, a.eps);
+    const float ref = cn.ref, off = cn.off, rstd = cn.rstd;
     if (crank == 0 && threadIdx.x == 0)
-      store_row_stats(a, row, mean_out, rstd);
+      store_row_stats(a, row, cn.mean, rstd);
     /* Pass 2: y, last-read vectors first. */
     T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
 #pragma unroll 1
@@ -954,6 +977,151 @@ __global__ void __launch_bounds__(512, MINB)
     }
   }
   cluster_barrier(csize);
+}
+
+/* 16-bit rows past 2^16 vectors whose chunk fits in one CTA's shared memory (sm_90, plan_forward;
+ * up to 16 x 225 KiB, 1.8 million elements): a cluster of CTAs per row, one CTA an SM by its
+ * shared memory, persistent. Each CTA's chunk of x arrives by bulk copies, one per piece (whole
+ * rounds of the CTA's vectors, `pieces` of them), is read from shared memory for the statistics
+ * and again for y, and each piece is refilled with the CTA's chunk of its next row as soon as
+ * its y is written: x is read from DRAM once, and the next row's reads overlap this row's
+ * writes, where the staged kernel's cp.async copy of the whole chunk, its statistics and its
+ * stores ran in turn. LayerNorm: each thread's values are centred on their own mean (two passes
+ * over the stage), combined by Chan's update over the CTA and the cluster. */
+template <typename T, typename P, int VEC, bool LN>
+__global__ void __launch_bounds__(512, 1)
+    fwd_bulk_kernel(FwdParams a, int64_t chunk_vecs, int pieces) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  typedef Pack<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ RingRed red;
+  __shared__ unsigned long long full[kBulkMaxPieces];
+  V *stage = reinterpret_cast<V *>(dyn_smem);
+  int csize, crank;
+  cluster_shape(csize, crank);
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)crank * chunk_vecs;
+  const int count = (int)chunk_count(nvec, chunk_vecs, crank);
+  const int nt = (int)blockDim.x;
+  /* The thread's vectors: i = threadIdx.x + k * nt, k < kt; piece p: k in [p * kp, p * kp + kp). */
+  const int kt = (count + nt - 1) / nt;
+  const int kp = (kt + pieces - 1) / pieces;
+  const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  bulk_barriers_init(full, pieces, red, csize);
+  const T *xchunk = (const T *)a.x + v0 * VEC;
+  /* Vectors [lo, hi) of the chunk are piece p; a piece with none is never issued or waited on. */
+  auto piece_lo = [&](int p) { return min(count, p * kp * nt); };
+  /* Piece p of the CTA's chunk of `row` into the stage (by thread 0). */
+  auto issue = [&](int p, int64_t row) {
+    const int lo = piece_lo(p), hi = piece_lo(p + 1);
+    if (lo < hi) {
+      const uint32_t bytes = (uint32_t)(hi - lo) * (uint32_t)sizeof(V);
+      mbar_expect(&full[p], bytes);
+      bulk_load(stage + lo, xchunk + row * a.x_stride + (int64_t)lo * VEC, bytes, &full[p]);
+    }
+  };
+  if (threadIdx.x == 0 && cluster_id < a.rows)
+    for (int p = 0; p < pieces; ++p)
+      issue(p, cluster_id);
+  const int mine = count > (int)threadIdx.x ? (count - (int)threadIdx.x + nt - 1) / nt : 0;
+  const LnCounts counts = ln_counts(mine * VEC, (int64_t)count * VEC);
+  const float inv_n = count_rcp((float)a.cols);
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  int round = 0, xround = 0;
+  uint32_t phase = 0;
+  for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
+    /* Statistics: the first pass waits for each piece in turn. */
+    float s4[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int p = 0; p < pieces; ++p) {
+      if (piece_lo(p) >= piece_lo(p + 1))
+        break;
+      mbar_wait(&full[p], phase);
+      const int kend = min(kt, (p + 1) * kp);
+      for (int k = p * kp; k < kend; ++k) {
+        const int i = (int)threadIdx.x + k * nt;
+        if (i >= count)
+          break;
+        float f[VEC];
+        unpack_f32<T, VEC>(stage[i], f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          s4[e & 3] = LN ? s4[e & 3] + f[e] : fmaf(f[e], f[e], s4[e & 3]);
+      }
+    }
+    const float s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    /* LayerNorm: the thread's values centred on their own mean (a second pass over them). */
+    float base = 0.f, rel = 0.f, m2t = 0.f;
+    if constexpr (LN) {
+      base = s * counts.inv_nt;
+      float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int i = (int)threadIdx.x; i < count; i += nt) {
+        float f[VEC];
+        unpack_f32<T, VEC>(stage[i], f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = f[e] - base;
+          q1[e & 3] += d;
+          q2[e & 3] = fmaf(d, d, q2[e & 3]);
+        }
+      }
+      const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
+      rel = s1 * counts.inv_nt; /* the thread's mean is base + rel */
+      m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
+    }
+    const ChunkNorm cn =
+        chunk_norm<LN>(base, rel, m2t, s, counts, red, round, xround, csize, inv_n, a.eps);
+    const float ref = cn.ref, off = cn.off, rstd = cn.rstd;
+    if (crank == 0 && threadIdx.x == 0)
+      store_row_stats(a, row, cn.mean, rstd);
+    /* y, a piece at a time; each piece then takes the next row's copy. gamma and beta of four
+     * vectors are loaded before their stores (with one CTA an SM, a load queued behind each
+     * store would leave the SM waiting on L2 once a vector). */
+    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
+    const int64_t next = row + nclusters;
+    for (int p = 0; p < pieces; ++p) {
+      if (piece_lo(p) >= piece_lo(p + 1))
+        break;
+      const int kend = min(kt, (p + 1) * kp);
+      for (int k = p * kp; k < kend; k += 4) {
+        float g[4][VEC], b[4][VEC];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int i = (int)threadIdx.x + (k + u) * nt;
+          if (k + u < kend && i < count) {
+            load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g[u]);
+            load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b[u]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int i = (int)threadIdx.x + (k + u) * nt;
+          if (k + u < kend && i < count) {
+            float f[VEC], out[VEC];
+            unpack_f32<T, VEC>(stage[i], f);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+              out[e] = fmaf(((f[e] - ref) - off) * rstd, g[u][e], b[u][e]);
+            store_vec<T, VEC>(yr + (int64_t)i * VEC, out);
+          }
+        }
+      }
+      if (next < a.rows) {
+        __syncthreads(); /* every thread is done with the piece */
+        if (threadIdx.x == 0) {
+          fence_proxy_async();
+          issue(p, next);
+        }
+      }
+    }
+    phase ^= 1u;
+  }
+  cluster_barrier(csize);
+#else
+  (void)a;
+  (void)chunk_vecs;
+  (void)pieces;
+#endif
 }
 
 /* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none); PSM:
@@ -1139,6 +1307,15 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk,
                              plan.hints);
+    }
+    return FNORM_ERR_UNSUPPORTED;
+  }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_BULK) {
+    if constexpr (VEC * sizeof(T) == 16 && (kTuningBuild || sizeof(T) == 2)) {
+      void (*k)(FwdParams, int64_t, int) =
+          a.layernorm ? fwd_bulk_kernel<T, P, VEC, true> : fwd_bulk_kernel<T, P, VEC, false>;
+      return launch_kernel(k, plan.grid, plan.threads, plan.smem, plan.cluster, stream, a,
+                           plan.chunk, plan.nbuf);
     }
     return FNORM_ERR_UNSUPPORTED;
   }

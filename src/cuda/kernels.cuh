@@ -56,8 +56,11 @@ enum Mode {
   MODE_GLOBAL = 3, /* forward: re-read from global memory (L2) for each pass */
   MODE_CTA = 4,    /* forward, 16-byte vectors: a CTA per row in registers (vpt vectors a
                       thread), not persistent; resident CTAs overlap the rows */
-  MODE_STREAM = 5  /* forward, 16-byte fp32 rows past the register kernel's: each CTA streams
+  MODE_STREAM = 5, /* forward, 16-byte fp32 rows past the register kernel's: each CTA streams
                       its chunk twice, statistics then y */
+  MODE_BULK = 6    /* forward (sm_90), 16-byte rows past the register kernel's: each CTA's chunk
+                      copied into shared memory in nbuf pieces, refilled piece by piece with the
+                      next row's */
 };
 
 /* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,
@@ -77,7 +80,8 @@ struct Plan {
   int cluster_rows; /* TIER_ROW backward: rows a cluster works on at once (cluster of
                        cluster * cluster_rows CTAs) */
   int mode;         /* TIER_ROW: where each CTA's chunk lives (Mode)... */
-  int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work */
+  int nbuf;         /* ...in 1 buffer, or 2 so that the next row's copy overlaps this row's work;
+                       MODE_BULK: the pieces a CTA's chunk is copied in */
   int staged;       /* TIER_WARP forward: rows staged a row ahead in shared memory (cp.async) */
   int reread;       /* MODE_CTA: x read a second time (from L2) for y instead of held: the
                        kernel's registers a thread at most (40 or 48); 0 held */
@@ -126,6 +130,10 @@ constexpr int kRingVpt = 2;
 constexpr int ring_resident_vpt(int vec) {
   return 32 / vec;
 }
+
+/* Most pieces the forward MODE_BULK kernel copies a CTA's chunk in (its mbarriers). */
+constexpr int kBulkMaxPieces = 8;
+
 /* Vectors a thread in the forward MODE_CTA kernel: kCtaMinVpt (8 elements), twice or four
  * times that. */
 template <typename T> constexpr int kCtaMinVpt = 8 * (int)sizeof(T) / 16;
