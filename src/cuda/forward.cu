@@ -841,19 +841,6 @@ __global__ void __launch_bounds__(512) fwd_row_kernel(FwdParams a, int64_t chunk
   cluster_barrier(csize);
 }
 
-/* fp32 rows longer than a cluster's registers (FNORM_TUNE_FWD_STREAM selects it for other
- * rows in tuning builds), a cluster of CTAs per row (sm_90), each streaming its contiguous chunk
- * twice: once from DRAM for the statistics, with STREAM_BATCH vectors a thread in flight, and once
- * in reverse order (what was read last is likeliest still in L2) to write y. LayerNorm: each thread
- * reduces batches of its values shifted by its first value, two-pass within the batch, merged by
- * Chan's update; the threads, warps and the cluster's CTAs are then combined as in the register
- * tiers. It replaces, for fp32, the staged kernel's load / reduce / write phases, which run in turn
- * with one CTA an SM (sweep 11, H200, 64 x 802816 fp32: 1527 -> 1942 GB/s LayerNorm, 1806 -> 2095
- * RMSNorm; bf16 RMSNorm 167 x 802816 was slower, 1815 -> 1112, and stays staged). Each batch is
- * held as loaded and the loops are not unrolled, so that the kernel fits MINB = 4 CTAs an SM (32
- * registers); with hints, the first read marks x evict-last in L2 and the second evict-first, as
- * torch.compile's kernels do (sweep 39: 64 x 802816 fp32 RMSNorm 53.8% -> 57.9% of the copy,
- * LayerNorm 49.8% -> 50.7%; on rows the CTA and register kernels take, 12-94% against 54-99%). */
 /* The row's statistics in the streaming and bulk-copy kernels, from each thread's part of the
  * chunk: LayerNorm from its values' mean base + rel and their squared deviations m2 (combined by
  * Chan's update over the CTA and the cluster), RMSNorm from its sum of squares ssq. x normalizes
@@ -881,6 +868,20 @@ __device__ __forceinline__ ChunkNorm chunk_norm(float base, float rel, float m2,
   return cn;
 }
 
+/* fp32 rows longer than a cluster's registers (FNORM_TUNE_FWD_STREAM selects it for other
+ * rows in tuning builds), a cluster of CTAs per row (sm_90), each streaming its contiguous chunk
+ * twice: once from DRAM for the statistics, with STREAM_BATCH vectors a thread in flight, and once
+ * in reverse order (what was read last is likeliest still in L2) to write y. LayerNorm: each thread
+ * reduces batches of its values shifted by its first value, two-pass within the batch, merged by
+ * Chan's update; the threads, warps and the cluster's CTAs are then combined as in the register
+ * tiers. It replaces, for fp32, the staged kernel's load / reduce / write phases, which run in turn
+ * with one CTA an SM (sweep 11, H200, 64 x 802816 fp32: 1527 -> 1942 GB/s LayerNorm, 1806 -> 2095
+ * RMSNorm; bf16 RMSNorm 167 x 802816 was slower, 1815 -> 1112, and stayed staged; on sm_90
+ * those rows now take fwd_bulk_kernel). Each batch is
+ * held as loaded and the loops are not unrolled, so that the kernel fits MINB = 4 CTAs an SM (32
+ * registers); with hints, the first read marks x evict-last in L2 and the second evict-first, as
+ * torch.compile's kernels do (sweep 39: 64 x 802816 fp32 RMSNorm 53.8% -> 57.9% of the copy,
+ * LayerNorm 49.8% -> 50.7%; on rows the CTA and register kernels take, 12-94% against 54-99%). */
 constexpr int STREAM_BATCH = 4;
 
 template <typename T, typename P, int VEC, bool LN, int MINB>
