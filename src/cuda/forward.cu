@@ -46,8 +46,11 @@
  * 16-bit rows of 8-16 lanes a grid of only the resident CTAs or a 64-register bound for a
  * fourth CTA an SM (A/B runs AA1-AA2: 4-10% slower), and for fp32 rows past the register
  * kernel's an L2 form of the streaming kernel (one CTA an SM, so that x's second read hits L2;
- * sweep 56: 7 clusters of 16 resident, 35-50% of the copy against 54-66%) and the bulk-copy
- * kernel (sweep 57: LayerNorm 8-14 points slower, for the same reason).
+ * sweep 56: 7 clusters of 16 resident, 35-50% of the copy against 54-66%), the bulk-copy
+ * kernel (sweep 57: LayerNorm 8-14 points slower, for the same reason), and each row cut over
+ * every resident CTA of one cooperative launch, statistics posted through y (sweep 58, its code
+ * in bench/tune/sweep58-grid-kernel.patch: x read once, but 45-50% against 54% for LayerNorm
+ * 64 x 802816, the per-row posts and waits costing more than the second read).
  */
 #include "kernels.cuh"
 
