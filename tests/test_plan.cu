@@ -110,11 +110,34 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   if (!require(pl.tier == TIER_ROW, "forward: the warp or the row tier"))
     return;
   require(is_pow2(pl.cluster) && pl.cluster <= max_cluster, "forward: a cluster the GPU allows");
+  require(kTuningBuild || !wide || dev.cc_major < 9 || p.dtype == FNORM_DTYPE_F32 ||
+              p.param_dtype == FNORM_DTYPE_F32 || p.norm != FNORM_RMSNORM || p.cols <= 32768 ||
+              (p.cols >= 65536 && p.cols < 262144) || p.cols > 524288 ||
+              (pl.mode == MODE_CTA && pl.cluster > 1),
+          "forward: 16-bit RMSNorm rows with 16-bit gamma of 32769-65535 and 262144-524288 take "
+          "the lean form over a cluster (sm_90)");
   require(pl.threads >= 32 && pl.threads <= 1024 && pl.threads % 32 == 0,
           "forward: 32 to 1024 threads, whole warps");
   switch (pl.mode) {
   case MODE_CTA:
     require(wide, "forward CTA-per-row kernel: 16-byte rows");
+    if (pl.cluster > 1) {
+      require(pl.variant == 1 && dev.cc_major >= 9, "forward lean form over a cluster: sm_90");
+      require(pl.chunk * pl.cluster >= nvec && pl.chunk * (pl.cluster - 1) < nvec,
+              "forward lean form over a cluster: the row covered, every CTA a chunk");
+      require((int64_t)pl.threads * pl.vpt >= pl.chunk && pl.vpt <= 8,
+              "forward lean form over a cluster: the chunk held, at most 32 elements a thread");
+      require(p.norm == FNORM_RMSNORM || (pl.vpt <= 4 && (int64_t)pl.threads * pl.vpt == pl.chunk &&
+                                          pl.chunk * pl.cluster == nvec),
+              "forward lean form over a cluster: LayerNorm rows only in its FULL form");
+      require(pl.grid < 0 && -pl.grid <= p.rows, "forward lean form over a cluster: persistent");
+      require(kTuningBuild ||
+                  (p.dtype != FNORM_DTYPE_F32 && p.param_dtype != FNORM_DTYPE_F32 &&
+                   pl.vpt * vec == 32 && p.cols > 32768 && (p.cols < 65536 || p.cols >= 262144)),
+              "forward lean form over a cluster: 16-bit rows with 16-bit gamma of 32769-65535 "
+              "and from 262144 on (sweep 59), 32 elements a thread");
+      break;
+    }
     require(pl.cluster == 1, "forward CTA-per-row kernel: no cluster");
     require((int64_t)pl.threads * pl.vpt >= nvec, "forward CTA-per-row kernel: row covered");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward CTA-per-row kernel: a CTA a row");

@@ -11,7 +11,9 @@
  *                     until its statistics are known and reads it again, from L2, for y.
  *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
  *                     16-bit LayerNorm rows of up to 4096) fits 32 registers, two CTAs of 1024
- *                     threads an SM, and reads x again for y from L1.
+ *                     threads an SM, and reads x again for y from L1. Its clustered form
+ *                     (sm_90, persistent) takes 16-bit rows of 32769-65535 and 262144-524288
+ *                     elements over up to 16 CTAs (sweep 59).
  *  fwd_reg_kernel     other rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16
  *                     CTAs (sm_90), per row, persistent, the row in registers and the next
  *                     row's loads in flight.
@@ -574,6 +576,13 @@ __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nve
   m2 = (q0 + q1) - s1 * rel;
 }
 
+/* The cluster exchange slots of fwd_lean_kernel's clustered form (function-scope shared memory:
+ * only that form has them). */
+__device__ __forceinline__ RingRed &lean_cluster_red() {
+  __shared__ RingRed red;
+  return red;
+}
+
 /* A CTA a row in at most 32 registers a thread (MINB = 2: two CTAs of 1024 threads an SM), x
  * read twice: once for the statistics, then again for y, mostly from L1 (the first read keeps
  * the row there, the second marks it evict-first). Two CTAs an SM overlap one row's reductions
@@ -584,28 +593,49 @@ __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nve
  * the thread's vectors held as loaded, centred on the thread's mean, then Chan's combination
  * over the CTA behind one barrier, as cta_ln_stats; the FULL form of four vectors centres them
  * two at a time). FULL: every thread's VPT vectors lie in the row (no tests; LayerNorm's counts
- * are constants). */
-template <typename T, typename P, int VEC, int VPT, bool LN, int MINB, bool FULL = false>
+ * are constants).
+ * CL (sm_90): rows longer than one CTA holds this way, over a cluster of such CTAs, each taking
+ * an even chunk of the row (FULL: every CTA's chunk exactly its threads' vectors); the CTAs'
+ * statistics meet in one exchange through distributed shared memory, in rank order
+ * (ln_cluster_stats, cluster_sum), so every CTA gets the same bits. */
+template <typename T, typename P, int VEC, int VPT, bool LN, int MINB, bool FULL = false,
+          bool CL = false>
 __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
   static_assert(!LN || VPT <= 4, "LayerNorm holds the thread's vectors");
   __shared__ __align__(16) float warp[2][32][4];
-  const int64_t nvec = a.cols / VEC;
+  /* CL: the CTA's chunk of the row, vectors [v0, v0 + nvec) (the whole row without CL). */
+  int csize = 1, crank = 0;
+  int64_t v0 = 0, nvec = a.cols / VEC;
+  if constexpr (CL) {
+    cluster_shape(csize, crank);
+    ring_red_init(lean_cluster_red(), csize);
+    const int64_t chunk = (nvec + csize - 1) / csize;
+    v0 = (int64_t)crank * chunk;
+    nvec = chunk_count(nvec, chunk, crank);
+  }
+  [[maybe_unused]] int xround = 0;
   const float inv_n = count_rcp((float)a.cols);
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
+  if constexpr (CL) {
+    gamma = gamma ? gamma + v0 * VEC : nullptr;
+    beta = beta ? beta + v0 * VEC : nullptr;
+  }
   [[maybe_unused]] LnCounts counts = {};
   if constexpr (LN && FULL) {
-    counts = ln_counts_full<VPT * VEC>(a.cols);
+    counts = ln_counts_full<VPT * VEC>(CL ? nvec * VEC : a.cols);
   } else if constexpr (LN) {
     int nmine = 0;
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       nmine += threadIdx.x + k * blockDim.x < nvec;
-    counts = ln_counts(nmine * VEC, a.cols);
+    counts = ln_counts(nmine * VEC, CL ? nvec * VEC : a.cols);
   }
   int round = 0;
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const T *xr = (const T *)a.x + row * a.x_stride;
+  const int64_t first = CL ? blockIdx.x / csize : blockIdx.x;
+  const int64_t step = CL ? gridDim.x / csize : gridDim.x;
+  for (int64_t row = first; row < a.rows; row += step) {
+    const T *xr = (const T *)a.x + row * a.x_stride + v0 * VEC;
     float mean = 0.f, c = 0.f, rstd;
     if constexpr (LN) {
       /* The thread's moments: mt, its mean's first estimate, rel, the correction, m2t, the sum
@@ -653,10 +683,17 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
       }
       const ChunkStats cs = cta_ln_combine(mt, rel, m2t, counts, warp, round);
       mean = cs.ref;
-      c = cs.c;
-      float var = cs.m2 * inv_n;
-      var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
-      rstd = 1.f / sqrtf(var + a.eps);
+      if constexpr (CL) {
+        /* (rank 0's reference is the row's: its mean + off is the row mean it stores) */
+        const RowStats st = ln_cluster_stats(cs, lean_cluster_red(), xround, csize, inv_n, a.eps);
+        c = st.off;
+        rstd = st.rstd;
+      } else {
+        c = cs.c;
+        float var = cs.m2 * inv_n;
+        var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
+        rstd = 1.f / sqrtf(var + a.eps);
+      }
     } else {
       float p0 = 0.f, p1 = 0.f;
 #pragma unroll
@@ -685,12 +722,14 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
       float s[1] = {p0 + p1};
       cta_sum_slot<1>(s, warp, round & 1);
       ++round;
+      if constexpr (CL)
+        s[0] = cluster_sum(s[0], lean_cluster_red(), xround, csize);
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0 && crank == 0)
       store_row_stats(a, row, mean + c, rstd);
     const float shift = -c * rstd;
-    T *yr = (T *)a.y + row * a.y_stride;
+    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
     /* 16-bit rows of two vectors a thread load both of x's first (written as below, the
      * compiler spilled there; written so, it spills at four vectors and on fp32 rows). */
     constexpr bool X_FIRST = sizeof(T) == 2 && VPT == 2;
@@ -725,6 +764,8 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
       store_vec<T, VEC>(yr + i * VEC, out);
     }
   }
+  if constexpr (CL)
+    cluster_barrier(csize);
 }
 
 /* The chunk of a row owned by one CTA: vectors [v0, v0 + count) of the row. */
@@ -1220,7 +1261,22 @@ static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
 /* fwd_lean_kernel for the norm and whether the row is full (nullptr if none: LayerNorm holds
  * at most 4 vectors a thread). */
 template <typename T, typename P, int VEC, int VPT>
-static void (*fwd_lean_pick(bool ln, bool full))(FwdParams) {
+static void (*fwd_lean_pick(bool ln, bool full, bool cl))(FwdParams) {
+  if (cl) {
+    /* The clustered form, planned on 16-bit rows with 16-bit gamma at 32 elements a thread;
+     * tuning builds also have fp32 rows (LayerNorm at 16), in the FULL form on LayerNorm rows
+     * (plan_forward). */
+    if constexpr ((VPT * VEC == 32 && (kTuningBuild || (sizeof(T) == 2 && sizeof(P) == 2))) ||
+                  (kTuningBuild && VPT * VEC == 16 && VPT <= 4)) {
+      if (!ln)
+        return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true, true>
+                    : fwd_lean_kernel<T, P, VEC, VPT, false, 2, false, true>;
+      if constexpr (VPT <= 4)
+        if (full)
+          return fwd_lean_kernel<T, P, VEC, VPT, true, 2, true, true>;
+    }
+    return nullptr;
+  }
   if (!ln)
     return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true>
                 : fwd_lean_kernel<T, P, VEC, VPT, false, 2>;
@@ -1281,15 +1337,18 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       constexpr int V1 = kCtaMinVpt<T>;
       void (*k)(FwdParams) = nullptr;
       if (plan.variant) { /* the lean form: two CTAs of up to 1024 threads an SM */
-        const bool full = a.cols == (int64_t)plan.threads * plan.vpt * VEC;
+        /* (over a cluster of plan.cluster CTAs, each a chunk of plan.chunk vectors) */
+        const bool cl = plan.cluster > 1;
+        const bool full = a.cols == (int64_t)plan.threads * plan.vpt * plan.cluster * VEC &&
+                          (!cl || plan.chunk == (int64_t)plan.threads * plan.vpt);
         if (plan.vpt == V1)
-          k = fwd_lean_pick<T, P, VEC, V1>(a.layernorm != 0, full);
+          k = fwd_lean_pick<T, P, VEC, V1>(a.layernorm != 0, full, cl);
         else if (plan.vpt == 2 * V1)
-          k = fwd_lean_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, full);
+          k = fwd_lean_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, full, cl);
         else if (plan.vpt == 4 * V1)
-          k = fwd_lean_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, full);
+          k = fwd_lean_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, full, cl);
         if (k)
-          return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+          return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a);
         return FNORM_ERR_UNSUPPORTED;
       }
       /* Rows of exactly the CTA's threads times vectors: the form without tests. */

@@ -140,6 +140,11 @@ struct Tuning {
                                1 16-bit rows of more than 65536 vectors, 2 (tuning builds) all
                                16-byte rows, 0 never */
   int fwd_bulk_pieces;      /* ... the pieces a chunk is copied in (1 to 8) */
+  int fwd_lean_cl;          /* forward (sm_90): 16-byte rows longer than one CTA of the lean form
+                               holds take it over a cluster: 1 the 16-bit rows with 16-bit gamma
+                               plan_forward names, persistent; tuning builds: all 16-byte rows,
+                               2 a cluster a row, 3 persistent; 0 never */
+  int fwd_lean_cl_threads;  /* ... threads a CTA at most (tuning builds: 64 to 1024; else 512) */
 };
 
 #ifdef FNORM_TUNING
@@ -150,8 +155,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,   0, 1, 32, 16, 1, 4,
-              1, 1, 1, 0,   4,    1,   0,  0, 2, 0,  1, 1, 1, 1,    128, 1, 1, 1,  1,  4};
+  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16, 1, 4,  1,
+              1, 1, 0, 4,   1,    0,   0,  2, 0, 1,  1, 1, 1, 128,  1, 1, 1, 1,  4,  1, 512};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -194,6 +199,8 @@ Tuning tuning() {
   t.bwd_rms = tune_knob("FNORM_TUNE_BWD_RMS", t.bwd_rms);
   t.fwd_bulk = tune_knob("FNORM_TUNE_FWD_BULK", t.fwd_bulk);
   t.fwd_bulk_pieces = tune_knob("FNORM_TUNE_FWD_BULK_PIECES", t.fwd_bulk_pieces);
+  t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
+  t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -483,6 +490,47 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       pl.cluster = 1;
       pl.threads = (int)round_up(ceil_div(nvec, vpt), 32);
       pl.grid = min64(p->rows, kMaxGrid);
+      return pl;
+    }
+  }
+  /* Rows longer than one CTA of the lean form holds: the lean form over a cluster of up to 16
+   * (sm_90), each CTA an even chunk of at most 512 threads, 32 elements a thread (fp32
+   * LayerNorm: 16, the most its statistics hold), persistent (as many clusters as are resident,
+   * each looping over rows); LayerNorm only where every CTA's chunk is its threads' vectors
+   * exactly (the FULL form: the form with tests spills at 32 16-bit elements a thread). Sweep 59
+   * (H200, 2^27 elements, bf16, against the kernels these rows took before): N = 36864-57344
+   * LayerNorm 54-70% -> 76-79% of the copy, RMSNorm 65-80% -> 82-83% (the register kernel);
+   * 262144 LayerNorm +0.4, RMSNorm +2.1 points; 327680-524288 LayerNorm 38-46% -> 63-68%,
+   * RMSNorm 47-58% -> 56-75% (the staged kernel); but 65536-131072 -0.6 to -1.2 (kept on the
+   * register kernel). Launched one cluster a row instead of persistent, it lost 10-25 points;
+   * with CTAs of up to 1024 threads, 65536-262144 lost 1-14; fp32 rows lost 20-48 (not
+   * persistent, sweep 59a). */
+  const bool lean_cl_rows = vbytes == 16 && dev.cc_major >= 9 &&
+                            ((tn.fwd_lean_cl == 1 && is16 && p16 && p->cols > 32768 &&
+                              (p->cols < 65536 || p->cols >= 262144)) ||
+                             (kTuningBuild && tn.fwd_lean_cl >= 2));
+  if (lean_cl_rows) {
+    const int64_t vpt = !rms && !is16 ? 4 : 32 / vec;
+    const int64_t cl_threads =
+        kTuningBuild && tn.fwd_lean_cl_threads >= 64 && tn.fwd_lean_cl_threads <= 1024
+            ? tn.fwd_lean_cl_threads
+            : 512;
+    int64_t cl = 2;
+    while (cl < max_cluster && ceil_div(nvec, cl * vpt) > cl_threads)
+      cl *= 2;
+    const int64_t chunk = ceil_div(nvec, cl);
+    const int64_t threads = round_up(ceil_div(chunk, vpt), 32);
+    const bool full = chunk * cl == nvec && threads * vpt == chunk;
+    if (ceil_div(nvec, vpt) > 1024 && threads <= 1024 && (rms || full)) { /* (the kernel's bound) */
+      pl.mode = MODE_CTA;
+      pl.variant = 1;
+      pl.vpt = (int)vpt;
+      pl.cluster = (int)cl;
+      pl.chunk = chunk;
+      pl.threads = (int)threads;
+      pl.grid = -min64(p->rows, kMaxGrid / cl); /* persistent: as many clusters as fit */
+      if (kTuningBuild && tn.fwd_lean_cl == 2)
+        pl.grid = min64(p->rows, kMaxGrid / cl) * cl; /* a cluster a row */
       return pl;
     }
   }
