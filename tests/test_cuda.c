@@ -283,21 +283,22 @@ static void cuda_sizes(void) {
     forward_cases(bulk_form + 1, 1, 40, 0);
   }
   /* The lean form over a cluster (sm_90, persistent: as many clusters as are resident, each
-   * looping over rows): 16-bit rows with 16-bit gamma of 32769-65535 elements (over 4 CTAs of
-   * up to 512 threads, about 200 clusters resident on an H200; 240 rows) and of 262144-524288
-   * (over 16, 33 clusters resident; 40 rows). 40968 and 327688 (RMSNorm) leave the last CTA a
-   * shorter chunk (LayerNorm takes the form only where every CTA's chunk fills its threads).
+   * looping over rows): 16-bit rows of 32769-65535 elements (over 4 CTAs of up to 512 threads,
+   * about 200 clusters resident on an H200; 240 rows) and of 262144-524288 (over 16, 33 clusters
+   * resident; 40 rows), RMSNorm with 16-bit gamma, LayerNorm also with fp32 gamma. 40968 and
+   * 327688 (RMSNorm) leave the last CTA a shorter chunk (LayerNorm takes the form only where every
+   * CTA's chunk fills its threads).
    * 131072 and fp32 rows take it in tuning builds only (FNORM_TUNE_FWD_LEAN_CL=3), fp32
    * LayerNorm with the 1e4 offset; and in place. Under --quick the first alone. */
   {
     static const case_shape lean_cl4[] = {
-        {3, 1, 40968}, {1, 0, 40960}, {3, 0, 49152}, {1, 1, 57344}};
+        {3, 1, 40968}, {1, 0, 40960}, {3, 0, 49152}, {1, 1, 57344}, {4, 0, 40960}};
     static const case_shape lean_cl16[] = {
-        {3, 0, 262144}, {1, 1, 262144}, {3, 1, 327688}, {1, 0, 524288}};
+        {3, 0, 262144}, {1, 1, 262144}, {3, 1, 327688}, {1, 0, 524288}, {2, 0, 262144}};
     static const case_shape lean_tune[] = {{3, 0, 131072}, {0, 1, 131072}};
-    forward_cases(lean_cl4, 4, 240, 1);
+    forward_cases(lean_cl4, 5, 240, 1);
     if (!g_opt.quick) {
-      forward_cases(lean_cl16, 4, 40, 0);
+      forward_cases(lean_cl16, 5, 40, 0);
       forward_cases(lean_tune, 2, 80, 0);
       tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 80, 65536);
       c.input = INPUT_OFFSET_1E4;

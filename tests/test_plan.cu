@@ -132,10 +132,11 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
               "forward lean form over a cluster: LayerNorm rows only in its FULL form");
       require(pl.grid < 0 && -pl.grid <= p.rows, "forward lean form over a cluster: persistent");
       require(kTuningBuild ||
-                  (p.dtype != FNORM_DTYPE_F32 && p.param_dtype != FNORM_DTYPE_F32 &&
+                  (p.dtype != FNORM_DTYPE_F32 &&
+                   (p.param_dtype != FNORM_DTYPE_F32 || p.norm == FNORM_LAYERNORM) &&
                    pl.vpt * vec == 32 && p.cols > 32768 && (p.cols < 65536 || p.cols >= 262144)),
-              "forward lean form over a cluster: 16-bit rows with 16-bit gamma of 32769-65535 "
-              "and from 262144 on (sweep 59), 32 elements a thread");
+              "forward lean form over a cluster: 16-bit rows (RMSNorm: with 16-bit gamma) of "
+              "32769-65535 and from 262144 on (sweeps 59-60), 32 elements a thread");
       break;
     }
     require(pl.cluster == 1, "forward CTA-per-row kernel: no cluster");

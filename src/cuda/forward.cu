@@ -13,7 +13,7 @@
  *                     16-bit LayerNorm rows of up to 4096) fits 32 registers, two CTAs of 1024
  *                     threads an SM, and reads x again for y from L1. Its clustered form
  *                     (sm_90, persistent) takes 16-bit rows of 32769-65535 and 262144-524288
- *                     elements over up to 16 CTAs (sweep 59).
+ *                     elements over up to 16 CTAs (sweeps 59-60).
  *  fwd_reg_kernel     other rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16
  *                     CTAs (sm_90), per row, persistent, the row in registers and the next
  *                     row's loads in flight.
@@ -1263,14 +1263,17 @@ static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
 template <typename T, typename P, int VEC, int VPT>
 static void (*fwd_lean_pick(bool ln, bool full, bool cl))(FwdParams) {
   if (cl) {
-    /* The clustered form, planned on 16-bit rows with 16-bit gamma at 32 elements a thread;
-     * tuning builds also have fp32 rows (LayerNorm at 16), in the FULL form on LayerNorm rows
-     * (plan_forward). */
-    if constexpr ((VPT * VEC == 32 && (kTuningBuild || (sizeof(T) == 2 && sizeof(P) == 2))) ||
+    /* The clustered form, planned on 16-bit rows at 32 elements a thread (RMSNorm: with 16-bit
+     * gamma); tuning builds also have fp32 rows (LayerNorm at 16). LayerNorm rows take its FULL
+     * form (plan_forward). */
+    if constexpr ((VPT * VEC == 32 && (kTuningBuild || sizeof(T) == 2)) ||
                   (kTuningBuild && VPT * VEC == 16 && VPT <= 4)) {
-      if (!ln)
-        return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true, true>
-                    : fwd_lean_kernel<T, P, VEC, VPT, false, 2, false, true>;
+      if (!ln) {
+        if constexpr (kTuningBuild || sizeof(P) == 2)
+          return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true, true>
+                      : fwd_lean_kernel<T, P, VEC, VPT, false, 2, false, true>;
+        return nullptr;
+      }
       if constexpr (VPT <= 4)
         if (full)
           return fwd_lean_kernel<T, P, VEC, VPT, true, 2, true, true>;

@@ -141,8 +141,8 @@ struct Tuning {
                                16-byte rows, 0 never */
   int fwd_bulk_pieces;      /* ... the pieces a chunk is copied in (1 to 8) */
   int fwd_lean_cl;          /* forward (sm_90): 16-byte rows longer than one CTA of the lean form
-                               holds take it over a cluster: 1 the 16-bit rows with 16-bit gamma
-                               plan_forward names, persistent; tuning builds: all 16-byte rows,
+                               holds take it over a cluster: 1 the 16-bit rows plan_forward
+                               names, persistent; tuning builds: all 16-byte rows,
                                2 a cluster a row, 3 persistent; 0 never */
   int fwd_lean_cl_threads;  /* ... threads a CTA at most (tuning builds: 64 to 1024; else 512) */
 };
@@ -493,7 +493,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       return pl;
     }
   }
-  /* Rows longer than one CTA of the lean form holds: the lean form over a cluster of up to 16
+  /* Rows longer than one CTA of the lean form holds (16-bit rows of 32769-65535 and
+   * 262144-524288 elements; RMSNorm's with 16-bit gamma): the lean form over a cluster of up to 16
    * (sm_90), each CTA an even chunk of at most 512 threads, 32 elements a thread (fp32
    * LayerNorm: 16, the most its statistics hold), persistent (as many clusters as are resident,
    * each looping over rows); LayerNorm only where every CTA's chunk is its threads' vectors
@@ -504,9 +505,12 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * RMSNorm 47-58% -> 56-75% (the staged kernel); but 65536-131072 -0.6 to -1.2 (kept on the
    * register kernel). Launched one cluster a row instead of persistent, it lost 10-25 points;
    * with CTAs of up to 1024 threads, 65536-262144 lost 1-14; fp32 rows lost 20-48 (not
-   * persistent, sweep 59a). */
+   * persistent, sweep 59a). With fp32 gamma (sweep 60, tuning build, bf16): LayerNorm 40960
+   * 51% -> 66%, 49152 55% -> 64%, 262144 55% -> 60%, 393216-524288 31-37% -> 48-53%; RMSNorm
+   * lost 17-20 points up to 262144 (it keeps its kernels). No release A/B run measured the
+   * fp32-gamma rule yet. */
   const bool lean_cl_rows = vbytes == 16 && dev.cc_major >= 9 &&
-                            ((tn.fwd_lean_cl == 1 && is16 && p16 && p->cols > 32768 &&
+                            ((tn.fwd_lean_cl == 1 && is16 && (p16 || !rms) && p->cols > 32768 &&
                               (p->cols < 65536 || p->cols >= 262144)) ||
                              (kTuningBuild && tn.fwd_lean_cl >= 2));
   if (lean_cl_rows) {
