@@ -146,13 +146,6 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
     }
 }
 
-/* The exchange slots of the warp tier's clustered form (function-scope shared memory: only the
- * kernels that call it have it). */
-__device__ __forceinline__ RingRed &warp_cluster_red() {
-  __shared__ RingRed red;
-  return red;
-}
-
 /* With 16-byte vectors each lane copies its own vectors of the next row into shared memory
  * with cp.async while it works on this one (STAGED), so a warp has two rows' loads in flight at
  * no register cost; a lane reads back only what it copied itself, so no barrier is needed.
@@ -189,7 +182,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     const int64_t count = v0 < nvec ? (nvec - v0 < chunk ? nvec - v0 : chunk) : 0;
     col0 = v0 * VEC;
     col_end = col0 + count * VEC;
-    ring_red_init(warp_cluster_red(), csize);
+    ring_red_init(cluster_red_slots(), csize);
   }
   const int64_t unit = CLUSTER ? blockIdx.x / csize : blockIdx.x; /* the CTA or cluster */
   const int64_t nunits = CLUSTER ? gridDim.x / csize : gridDim.x;
@@ -350,7 +343,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     if constexpr (CLUSTER) {
       /* The row's CTAs add their sums, in rank order. The barrier above (all 256 threads)
        * stands between this exchange and the previous row's reads of its slots. */
-      RingRed &cr = warp_cluster_red();
+      RingRed &cr = cluster_red_slots();
       const int xs = cluster_exchange(make_float4(sums[0], sums[1], 0.f, 0.f), cr, xround, csize);
       sums[0] = sums[1] = 0.f;
       for (int r = 0; r < csize; ++r) {

@@ -490,6 +490,13 @@ struct RingRed {
   unsigned long long xbar[2];
 };
 
+/* A RingRed in function-scope shared memory, for kernels that exchange across a cluster only in
+ * some of their forms (only the kernels that call it have it). */
+__device__ __forceinline__ RingRed &cluster_red_slots() {
+  __shared__ RingRed red;
+  return red;
+}
+
 /* Sum K <= 4 values over the CTA (every thread gets the same bits). Every thread calls it;
  * `round` alternates the slot. */
 template <int K, int HOW = WARPS_LANES>

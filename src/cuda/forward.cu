@@ -576,13 +576,6 @@ __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nve
   m2 = (q0 + q1) - s1 * rel;
 }
 
-/* The cluster exchange slots of fwd_lean_kernel's clustered form (function-scope shared memory:
- * only that form has them). */
-__device__ __forceinline__ RingRed &lean_cluster_red() {
-  __shared__ RingRed red;
-  return red;
-}
-
 /* A CTA a row in at most 32 registers a thread (MINB = 2: two CTAs of 1024 threads an SM), x
  * read twice: once for the statistics, then again for y, mostly from L1 (the first read keeps
  * the row there, the second marks it evict-first). Two CTAs an SM overlap one row's reductions
@@ -608,7 +601,7 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
   int64_t v0 = 0, nvec = a.cols / VEC;
   if constexpr (CL) {
     cluster_shape(csize, crank);
-    ring_red_init(lean_cluster_red(), csize);
+    ring_red_init(cluster_red_slots(), csize);
     const int64_t chunk = (nvec + csize - 1) / csize;
     v0 = (int64_t)crank * chunk;
     nvec = chunk_count(nvec, chunk, crank);
@@ -685,7 +678,7 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
       mean = cs.ref;
       if constexpr (CL) {
         /* (rank 0's reference is the row's: its mean + off is the row mean it stores) */
-        const RowStats st = ln_cluster_stats(cs, lean_cluster_red(), xround, csize, inv_n, a.eps);
+        const RowStats st = ln_cluster_stats(cs, cluster_red_slots(), xround, csize, inv_n, a.eps);
         c = st.off;
         rstd = st.rstd;
       } else {
@@ -723,7 +716,7 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
       cta_sum_slot<1>(s, warp, round & 1);
       ++round;
       if constexpr (CL)
-        s[0] = cluster_sum(s[0], lean_cluster_red(), xround, csize);
+        s[0] = cluster_sum(s[0], cluster_red_slots(), xround, csize);
       rstd = 1.f / sqrtf(s[0] * inv_n + a.eps);
     }
     if (threadIdx.x == 0 && crank == 0)
@@ -1342,8 +1335,7 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       if (plan.variant) { /* the lean form: two CTAs of up to 1024 threads an SM */
         /* (over a cluster of plan.cluster CTAs, each a chunk of plan.chunk vectors) */
         const bool cl = plan.cluster > 1;
-        const bool full = a.cols == (int64_t)plan.threads * plan.vpt * plan.cluster * VEC &&
-                          (!cl || plan.chunk == (int64_t)plan.threads * plan.vpt);
+        const bool full = a.cols == (int64_t)plan.threads * plan.vpt * plan.cluster * VEC;
         if (plan.vpt == V1)
           k = fwd_lean_pick<T, P, VEC, V1>(a.layernorm != 0, full, cl);
         else if (plan.vpt == 2 * V1)
