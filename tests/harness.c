@@ -51,12 +51,33 @@ void skip_all_end(void) {
   skip_reason = NULL;
 }
 
+/* Whether the current group's name contains one of --group's comma-separated substrings. */
+static int group_selected(void) {
+  const char *item = g_opt.groups;
+  if (item == NULL)
+    return 1;
+  while (*item != '\0') {
+    const char *end = strchr(item, ',');
+    const size_t len = end != NULL ? (size_t)(end - item) : strlen(item);
+    const char *at;
+    for (at = group_name; len > 0 && strlen(at) >= len; at++)
+      if (strncmp(at, item, len) == 0)
+        return 1;
+    if (end == NULL)
+      break;
+    item = end + 1;
+  }
+  return 0;
+}
+
 int case_begin(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(current_name, sizeof current_name, fmt, ap);
   va_end(ap);
   if (g_opt.filter != NULL && strstr(current_name, g_opt.filter) == NULL)
+    return 0;
+  if (!group_selected())
     return 0;
   if (skip_reason != NULL) {
     group_skipped++;
@@ -135,6 +156,12 @@ void case_end(void) {
 
 int harness_finish(void) {
   printf("%ld passed, %ld failed, %ld skipped\n", total_passed, total_failed, total_skipped);
+  if (total_passed + total_failed + total_skipped == 0) {
+    /* a --filter or --group that matches nothing is a mistyped command, not a pass */
+    printf("no case matched --filter/--group\n");
+    fflush(stdout);
+    return 1;
+  }
   fflush(stdout);
   return total_failed > 0 ? 1 : 0;
 }

@@ -13,6 +13,8 @@ typedef struct test_options {
   int quick;    /* --quick: a reduced set of cases (sanitizers, compute-sanitizer) */
   int verbose;  /* --verbose (1): a line per case with its worst error/tolerance; --details (2) */
   const char *filter; /* --filter SUBSTR: run only the cases whose name contains SUBSTR */
+  const char *groups; /* --group LIST: only the groups whose name contains one of LIST's
+                       * comma-separated substrings */
   uint64_t seed;      /* --seed N: mixed into every case's own seed */
 } test_options;
 
