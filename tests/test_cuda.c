@@ -308,6 +308,25 @@ static void cuda_sizes(void) {
       gpu_forward_case("cuda", &c);
     }
   }
+  /* LayerNorm's lean form in its FULL form (four vectors a thread, centred two at a time) on the
+   * rows sweep 61 gave it: 16-bit rows of 8193-16384 with 16-bit gamma (a multiple of 1024:
+   * 320-512 threads) and fp32 rows of 8192-16384 (a multiple of 512; 8704: 544 threads), at
+   * CTA_TIER_ROWS rows; fp32 12288 also with the 1e4 offset, bf16 12288 also in place. Under
+   * --quick the first alone. */
+  {
+    static const case_shape lean_ln[] = {{1, 0, 10240}, {0, 0, 12288}, {3, 0, 12288},
+                                         {3, 0, 16384}, {1, 0, 16384}, {0, 0, 8704}};
+    forward_cases(lean_ln, 6, CTA_TIER_ROWS, 2);
+    if (!g_opt.quick) {
+      tcase c =
+          tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, CTA_TIER_ROWS, 12288);
+      c.input = INPUT_OFFSET_1E4;
+      gpu_forward_case("cuda", &c);
+      c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_SAME, CTA_TIER_ROWS, 12288);
+      tcase_apply_layout(&c, 4, 1); /* in place */
+      gpu_forward_case("cuda", &c);
+    }
+  }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
    * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last
    * CTA's chunk shorter where the row does not split evenly (8196, 16392), once with aligned

@@ -156,12 +156,15 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
       const bool lean =
           rms ? (is16 ? p.cols > 16384 || (p16 && (p.cols > 8192 || p.rows * p.cols >= (1 << 25)))
                       : p.cols > 8192 && p.cols <= 16384)
-              : is16 && p16 &&
-                    ((p.cols <= 4096 && p.rows >= 64 * (int64_t)dev.sm_count) ||
-                     (p.cols > 16384 && p.cols <= 32768 && p.cols % 1024 == 0));
+          : is16 ? p16 && ((p.cols <= 4096 && p.rows >= 64 * (int64_t)dev.sm_count) ||
+                           (p.cols > 8192 && p.cols <= 32768 && p.cols % 1024 == 0))
+                 : p.cols >= 8192 && p.cols <= 16384 && p.cols % 512 == 0;
       require(!!pl.variant == lean,
-              "forward CTA-per-row kernel: the lean form on the rows of sweep 52's rules and "
-              "A/B run AL1's");
+              "forward CTA-per-row kernel: the lean form on the rows of sweep 52's rules, A/B "
+              "run AL1's and sweep 61's");
+      require(!pl.variant || rms || p.cols <= 4096 || (int64_t)pl.threads * pl.vpt == nvec,
+              "forward CTA-per-row kernel: LayerNorm's lean form past 4096 only on rows it fills "
+              "exactly (its FULL form: four vectors a thread spill otherwise)");
       require(!pl.variant ||
                   (pl.reread == 0 && pl.vpt * vec == (is16 && p.cols > 8192 ? 32 : 16)) ||
                   (int64_t)pl.vpt * 512 < nvec,
@@ -474,9 +477,10 @@ void check_choices() {
              cap == 32 ? "32 persistent CTAs an SM" : "48 persistent CTAs an SM");
     }
   /* Forward: 16-bit rows of 4096-32768 on the CTA-per-row kernel, RMSNorm's in its lean form
-   * (sweep 52), LayerNorm's at 4096 and past 16384 (A/B run AL1), not between; past 32768 on
-   * the register kernel. With 4096 rows of 4096, RMSNorm's and LayerNorm's not lean; fp32 RMSNorm
-   * lean at 16384, not at 8192 (read again for y) or 32768. */
+   * (sweep 52), LayerNorm's at 4096 and past 8192 (A/B run AL1, sweep 61), not at 8192; past
+   * 32768 on the register kernel. With 4096 rows of 4096, RMSNorm's and LayerNorm's not lean;
+   * fp32 RMSNorm lean at 16384, not at 8192 (read again for y) or 32768; fp32 LayerNorm lean at
+   * 8192-16384 (sweep 61), not at 32768. */
   const int64_t ccols[] = {4096, 8192, 16384, 20480, 24576, 32768, 65536};
   for (int i = 0; i < 7; ++i)
     for (int nm = 0; nm < 2; ++nm) {
@@ -485,7 +489,7 @@ void check_choices() {
       p = problem(BF16, norm, rows, ccols[i]);
       const Plan pl = plan_forward(&p, 8, h200.info);
       const bool reg = ccols[i] > 32768,
-                 lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 16384);
+                 lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192);
       expect(h200, BF16, norm, rows, ccols[i], false,
              pl.mode == (reg ? MODE_REG : MODE_CTA) && !!pl.variant == lean,
              reg    ? "the register kernel"
@@ -494,8 +498,8 @@ void check_choices() {
       p.rows = 4096;
       expect(h200, BF16, norm, 4096, ccols[i], false,
              !!plan_forward(&p, 8, h200.info).variant ==
-                 (!reg && ((norm == RMS && ccols[i] > 4096) || ccols[i] > 16384)),
-             "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of 16385-32768");
+                 (!reg && ((norm == RMS && ccols[i] > 4096) || ccols[i] > 8192)),
+             "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of 8193-32768");
     }
   {
     const int64_t fcols[] = {8192, 16384, 32768};
@@ -505,7 +509,21 @@ void check_choices() {
       expect(h200, F32, RMS, p.rows, fcols[i], false,
              pl.mode == MODE_CTA && !!pl.variant == (fcols[i] == 16384),
              fcols[i] == 16384 ? "fp32: the lean form" : "fp32: not the lean form");
+      p.norm = LN;
+      const Plan pln = plan_forward(&p, 4, h200.info);
+      expect(h200, F32, LN, p.rows, fcols[i], false,
+             !!pln.variant == (fcols[i] <= 16384) &&
+                 (!pln.variant ||
+                  (pln.mode == MODE_CTA && pln.vpt == 4 && (int64_t)pln.threads * 16 == fcols[i])),
+             fcols[i] <= 16384 ? "fp32 LayerNorm: the lean form, FULL at 16 a thread"
+                               : "fp32 LayerNorm: not the lean form");
     }
+    p = problem(F32, LN, grid_rows(12288 + 128), 12288 + 128);
+    expect(h200, F32, LN, p.rows, p.cols, false, !plan_forward(&p, 4, h200.info).variant,
+           "fp32 LayerNorm: not the lean form on rows it does not fill exactly");
+    p = problem(BF16, LN, grid_rows(12288 + 512), 12288 + 512);
+    expect(h200, BF16, LN, p.rows, p.cols, false, !plan_forward(&p, 8, h200.info).variant,
+           "16-bit LayerNorm: not the lean form past 8192 on rows it does not fill exactly");
   }
   /* Forward register kernel: fp32 LayerNorm's statistics behind one barrier in CTAs of more
    * than 256 threads (sweeps 41-42), not in smaller ones (64 rows of 65536), not 16-bit. */

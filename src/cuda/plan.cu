@@ -420,7 +420,13 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    *   16-bit LayerNorm 16385-32768 with 16-bit gamma, rows of a multiple of 1024 (the FULL form,
    *     whose statistics take the thread's four vectors two at a time, so that they no longer
    *     spill): A/B run AL1 (H200, release builds alternated) 32768 77-80% -> 89-91% of the
-   *     copy, 17408-28672 60-77% -> 91-95%, 264 rows of 32768 61% -> 70%.
+   *     copy, 17408-28672 60-77% -> 91-95%, 264 rows of 32768 61% -> 70%. Sweep 61 (tuning
+   *     build) took the same form down to 8193: 12288 82-84% -> 93%, 10240 +2 to +4 points,
+   *     16384 +1.3 to +1.6 (4096 rows: +2.5 to +3); at 8192 -0.5 and 5120-6144 -0.3 to +0.9,
+   *     so 8192 and shorter keep their kernels.
+   *   fp32 LayerNorm 8192-16384, rows of a multiple of 512 (FULL at 16 a thread; its pairs
+   *     centred as above): sweep 61 16384 94.4% -> 97%, 12288 93% -> 97.6%, 8192 92.3% -> 95%
+   *     (5120 +0.4, 4096 -9: not taken).
    * The rows these rules do not name keep their kernels. (Before sweep 52, 16-bit RMSNorm rows
    * past 20480 took the register kernel, +2 to +6 points over the CTA-per-row kernel's other
    * forms in sweeps 41-42.) */
@@ -439,8 +445,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       lean_ept = 16;
     else if (!rms && is16 && p16 && p->cols <= 4096 && p->rows >= 64 * (int64_t)dev.sm_count)
       lean_ept = 16;
-    else if (!rms && is16 && p16 && p->cols > 16384 && p->cols <= 32768 && p->cols % 1024 == 0)
+    else if (!rms && is16 && p16 && p->cols > 8192 && p->cols <= 32768 && p->cols % 1024 == 0)
       lean_ept = 32;
+    else if (!rms && !is16 && p->cols >= 8192 && p->cols <= 16384 && p->cols % 512 == 0)
+      lean_ept = 16;
   } else if (kTuningBuild && (tn.fwd_lean == 3 || (tn.fwd_lean == 2 && rms))) {
     lean_ept = tn.fwd_ept;
   }
