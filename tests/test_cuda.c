@@ -308,15 +308,18 @@ static void cuda_sizes(void) {
       gpu_forward_case("cuda", &c);
     }
   }
-  /* LayerNorm's lean form in its FULL form (four vectors a thread, centred two at a time) on the
-   * rows sweep 61 gave it: 16-bit rows of 8193-16384 with 16-bit gamma (a multiple of 1024:
-   * 320-512 threads) and fp32 rows of 8192-16384 (a multiple of 512; 8704: 544 threads), at
-   * CTA_TIER_ROWS rows; fp32 12288 also with the 1e4 offset, bf16 12288 also in place. Under
-   * --quick the first alone. */
+  /* The lean form on the rows sweeps 61-62 gave it, at CTA_TIER_ROWS rows: LayerNorm in its
+   * FULL form (four vectors a thread, centred two at a time) on 16-bit rows of 8193-16384 with
+   * 16-bit gamma and of 16385-32768 with fp32 gamma (a multiple of 1024: 320-1024 threads) and
+   * on fp32 rows of 5120-16384 (a multiple of 512; 8704: 544 threads); RMSNorm on 16-bit rows
+   * with fp32 gamma of 10241-16384 (12296: the last vector of a thread's four not in the row).
+   * fp32 12288 also with the 1e4 offset, bf16 12288 also in place. Under --quick the first
+   * alone. */
   {
-    static const case_shape lean_ln[] = {{1, 0, 10240}, {0, 0, 12288}, {3, 0, 12288},
-                                         {3, 0, 16384}, {1, 0, 16384}, {0, 0, 8704}};
-    forward_cases(lean_ln, 6, CTA_TIER_ROWS, 2);
+    static const case_shape lean_ln[] = {
+        {1, 0, 10240}, {0, 0, 12288}, {3, 0, 12288}, {3, 0, 16384}, {1, 0, 16384}, {0, 0, 8704},
+        {0, 0, 5120},  {4, 0, 20480}, {2, 0, 32768}, {2, 1, 12288}, {4, 1, 14336}, {4, 1, 12296}};
+    forward_cases(lean_ln, 12, CTA_TIER_ROWS, 2);
     if (!g_opt.quick) {
       tcase c =
           tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, CTA_TIER_ROWS, 12288);

@@ -154,14 +154,15 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
       const bool is16 = p.dtype != FNORM_DTYPE_F32, p16 = p.param_dtype != FNORM_DTYPE_F32;
       const bool rms = p.norm == FNORM_RMSNORM;
       const bool lean =
-          rms ? (is16 ? p.cols > 16384 || (p16 && (p.cols > 8192 || p.rows * p.cols >= (1 << 25)))
+          rms ? (is16 ? p.cols > 10240 || (p16 && (p.cols > 8192 || p.rows * p.cols >= (1 << 25)))
                       : p.cols > 8192 && p.cols <= 16384)
-          : is16 ? p16 && ((p.cols <= 4096 && p.rows >= 64 * (int64_t)dev.sm_count) ||
-                           (p.cols > 8192 && p.cols <= 32768 && p.cols % 1024 == 0))
-                 : p.cols >= 8192 && p.cols <= 16384 && p.cols % 512 == 0;
+          : is16 ? (p16 && p.cols <= 4096 && p.rows >= 64 * (int64_t)dev.sm_count) ||
+                       ((p16 ? p.cols > 8192 : p.cols > 16384) && p.cols <= 32768 &&
+                        p.cols % 1024 == 0)
+                 : p.cols >= 5120 && p.cols <= 16384 && p.cols % 512 == 0;
       require(!!pl.variant == lean,
               "forward CTA-per-row kernel: the lean form on the rows of sweep 52's rules, A/B "
-              "run AL1's and sweep 61's");
+              "run AL1's and sweeps 61-62's");
       require(!pl.variant || rms || p.cols <= 4096 || (int64_t)pl.threads * pl.vpt == nvec,
               "forward CTA-per-row kernel: LayerNorm's lean form past 4096 only on rows it fills "
               "exactly (its FULL form: four vectors a thread spill otherwise)");
@@ -521,6 +522,18 @@ void check_choices() {
     p = problem(F32, LN, grid_rows(12288 + 128), 12288 + 128);
     expect(h200, F32, LN, p.rows, p.cols, false, !plan_forward(&p, 4, h200.info).variant,
            "fp32 LayerNorm: not the lean form on rows it does not fill exactly");
+    /* 16-bit rows with fp32 gamma (sweep 62): LayerNorm lean past 16384, RMSNorm past 10240 */
+    const int64_t gcols32[] = {10240, 12288, 16384, 20480, 32768};
+    for (int i = 0; i < 5; ++i)
+      for (int nm = 0; nm < 2; ++nm) {
+        const fnorm_norm norm = nm ? RMS : LN;
+        p = problem(BF16, norm, grid_rows(gcols32[i]), gcols32[i]);
+        p.param_dtype = FNORM_DTYPE_F32;
+        const bool lean = norm == RMS ? gcols32[i] > 10240 : gcols32[i] > 16384;
+        expect(h200, BF16, norm, p.rows, p.cols, false,
+               !!plan_forward(&p, 8, h200.info).variant == lean,
+               lean ? "fp32 gamma: the lean form" : "fp32 gamma: not the lean form");
+      }
     p = problem(BF16, LN, grid_rows(12288 + 512), 12288 + 512);
     expect(h200, BF16, LN, p.rows, p.cols, false, !plan_forward(&p, 8, h200.info).variant,
            "16-bit LayerNorm: not the lean form past 8192 on rows it does not fill exactly");

@@ -11,7 +11,7 @@
  *                     until its statistics are known and reads it again, from L2, for y.
  *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
  *                     16-bit LayerNorm rows of up to 4096 and of 8193-32768, fp32 LayerNorm
- *                     rows of 8192-16384 (sweep 61)) fits 32 registers, two CTAs of 1024
+ *                     rows of 5120-16384 (sweeps 61-62)) fits 32 registers, two CTAs of 1024
  *                     threads an SM, and reads x again for y from L1. Its clustered form
  *                     (sm_90, persistent) takes 16-bit rows of 32769-65535 and 262144-524288
  *                     elements over up to 16 CTAs (sweeps 59-60).
@@ -1277,12 +1277,12 @@ static void (*fwd_lean_pick(bool ln, bool full, bool cl))(FwdParams) {
   if (!ln)
     return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true>
                 : fwd_lean_kernel<T, P, VEC, VPT, false, 2>;
-  /* LayerNorm: planned on 16-bit rows with 16-bit gamma, and on fp32 rows that fill four
-   * vectors a thread exactly (FULL; tuning builds: all) */
+  /* LayerNorm: planned on 16-bit rows with 16-bit gamma, and where four vectors a thread fill
+   * the row exactly (FULL) on 16-bit rows with fp32 gamma and on fp32 rows (tuning builds: all) */
   if constexpr (VPT <= 4 && (kTuningBuild || (sizeof(T) == 2 && sizeof(P) == 2)))
     return full ? fwd_lean_kernel<T, P, VEC, VPT, true, 2, true>
                 : fwd_lean_kernel<T, P, VEC, VPT, true, 2>;
-  if constexpr (VPT == 4 && sizeof(T) == 4 && sizeof(P) == 4)
+  if constexpr (VPT == 4 && sizeof(P) == 4)
     if (full)
       return fwd_lean_kernel<T, P, VEC, VPT, true, 2, true>;
   return nullptr;

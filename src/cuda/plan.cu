@@ -424,9 +424,13 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    *     build) took the same form down to 8193: 12288 82-84% -> 93%, 10240 +2 to +4 points,
    *     16384 +1.3 to +1.6 (4096 rows: +2.5 to +3); at 8192 -0.5 and 5120-6144 -0.3 to +0.9,
    *     so 8192 and shorter keep their kernels.
-   *   fp32 LayerNorm 8192-16384, rows of a multiple of 512 (FULL at 16 a thread; its pairs
-   *     centred as above): sweep 61 16384 94.4% -> 97%, 12288 93% -> 97.6%, 8192 92.3% -> 95%
-   *     (5120 +0.4, 4096 -9: not taken).
+   *   fp32 LayerNorm 5120-16384, rows of a multiple of 512 (FULL at 16 a thread; its pairs
+   *     centred as above): sweep 61 16384 94.4% -> 97%, 12288 93% -> 97.6%, 8192 92.3% -> 95%;
+   *     sweep 62 7168 +2, 5120-6144 +0.4 to +0.7 (4096 -9: not taken).
+   *   16-bit rows with fp32 gamma (sweep 62): LayerNorm 16385-32768 as with 16-bit gamma, 20480
+   *     59% -> 79%, 24576 62% -> 78%, 32768 66% -> 76% (10240 and 16384 -3 to -4: not taken);
+   *     RMSNorm 10241-16384 (past 16384 the lean form already), 12288 86% -> 92% (16384 level,
+   *     8192-10240 -1 to -1.5: not taken).
    * The rows these rules do not name keep their kernels. (Before sweep 52, 16-bit RMSNorm rows
    * past 20480 took the register kernel, +2 to +6 points over the CTA-per-row kernel's other
    * forms in sweeps 41-42.) */
@@ -439,15 +443,18 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       lean_ept = 32;
     else if (rms && is16 && p16 && p->cols > 8192)
       lean_ept = 32;
+    else if (rms && is16 && p->cols > 10240)
+      lean_ept = 32;
     else if (rms && is16 && p16 && p->rows * p->cols >= ((int64_t)1 << 25))
       lean_ept = 16;
     else if (rms && !is16 && p->cols > 8192 && p->cols <= 16384)
       lean_ept = 16;
     else if (!rms && is16 && p16 && p->cols <= 4096 && p->rows >= 64 * (int64_t)dev.sm_count)
       lean_ept = 16;
-    else if (!rms && is16 && p16 && p->cols > 8192 && p->cols <= 32768 && p->cols % 1024 == 0)
+    else if (!rms && is16 && (p16 ? p->cols > 8192 : p->cols > 16384) && p->cols <= 32768 &&
+             p->cols % 1024 == 0)
       lean_ept = 32;
-    else if (!rms && !is16 && p->cols >= 8192 && p->cols <= 16384 && p->cols % 512 == 0)
+    else if (!rms && !is16 && p->cols >= 5120 && p->cols <= 16384 && p->cols % 512 == 0)
       lean_ept = 16;
   } else if (kTuningBuild && (tn.fwd_lean == 3 || (tn.fwd_lean == 2 && rms))) {
     lean_ept = tn.fwd_ept;
