@@ -6,8 +6,11 @@ one profiled launch of each for Nsight Compute. Run on the GPU machine:
         --section Occupancy --section MemoryWorkloadAnalysis --section InstructionStats \\
         --section WarpStateStats python3 bench/tune/ncu5_probe.py
 
-The autotuner's choices are in TORCHINDUCTOR_CACHE_DIR's *.best_config files.
+The autotuner's choices are in TORCHINDUCTOR_CACHE_DIR's *.best_config files. Other shapes:
+`python3 bench/tune/ncu5_probe.py 524288x256 262144x512` (M x N, bf16).
 """
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +28,8 @@ def rms_norm(x, w):
 
 def main():
     runs = []
-    for m, n in SHAPES:
+    shapes = [tuple(int(v) for v in arg.split("x")) for arg in sys.argv[1:]] or SHAPES
+    for m, n in shapes:
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
