@@ -330,6 +330,28 @@ static void cuda_sizes(void) {
       gpu_forward_case("cuda", &c);
     }
   }
+  /* The forward's rows form (fwd_rows_kernel, sweep 63): 16-byte rows of 32, 64 or 128 vectors
+   * with 256 rows an SM and 2^25 elements or more, several a one-warp CTA: more than 256 x 160
+   * SMs rows and 2^25 elements, so that the case list is the same on every GPU, and one row more,
+   * so that the last CTA's rows run past the last row; the first two also strided without
+   * gamma/beta, bf16 LayerNorm 512 also in place. Under --quick the first alone. */
+  {
+    static const case_shape rows_form[] = {{3, 0, 256}, {1, 1, 256},  {0, 0, 128},  {3, 1, 512},
+                                           {0, 1, 256}, {1, 0, 1024}, {3, 0, 1024}, {0, 0, 512}};
+    for (s = 0; s < 8; s++) {
+      const int64_t cols = rows_form[s].cols;
+      const int64_t rows =
+          ((int64_t)1 << 25) / cols > 256 * 160 ? ((int64_t)1 << 25) / cols + 1 : 256 * 160 + 1;
+      forward_cases(rows_form + s, 1, rows, s < 2);
+      if (s == 3 && !g_opt.quick) {
+        tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_SAME, rows, cols);
+        tcase_apply_layout(&c, 4, 1); /* in place */
+        gpu_forward_case("cuda", &c);
+      }
+      if (g_opt.quick)
+        break;
+    }
+  }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
    * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last
    * CTA's chunk shorter where the row does not split evenly (8196, 16392), once with aligned

@@ -71,11 +71,30 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "forward: the plan's width is the one asked for");
-  require(kTuningBuild || !pl.variant || pl.mode == MODE_CTA ||
+  require(kTuningBuild || !pl.variant || pl.mode == MODE_CTA || pl.tier == TIER_WARP ||
               (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
           "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads");
+  if (pl.tier == TIER_WARP && pl.variant) {
+    /* fwd_rows_kernel (sweep 63) */
+    require(wide && nvec % 32 == 0 && pl.group == 32 && pl.vpt * 32 == nvec &&
+                (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4),
+            "forward rows form: 16-byte rows of 32, 64 or 128 vectors, each over a warp");
+    require(pl.threads == 32 && !pl.staged && !pl.param_smem && pl.grid == cdiv(p.rows, pl.variant),
+            "forward rows form: one-warp CTAs, not persistent, one a CTA's rows");
+    require(kTuningBuild || (pl.variant == fwd_rows_per_cta(p.norm == FNORM_RMSNORM, pl.vpt) &&
+                             p.param_dtype == p.dtype && p.rows >= 256 * (int64_t)dev.sm_count &&
+                             p.rows * p.cols >= ((int64_t)1 << 25)),
+            "forward rows form: sweep 63's rows a CTA, gamma in the rows' dtype, 256 rows an SM, "
+            "2^25 elements");
+    return;
+  }
   if (pl.tier == TIER_WARP) {
+    require(kTuningBuild || !(wide && nvec % 32 == 0 && nvec / 32 <= 4 && nvec / 32 != 3 &&
+                              p.param_dtype == p.dtype && p.rows >= 256 * (int64_t)dev.sm_count &&
+                              p.rows * p.cols >= ((int64_t)1 << 25)),
+            "forward warp tier: rows of 32, 64 or 128 16-byte vectors with 256 rows an SM take "
+            "the rows form");
     require(pl.group == 4 || pl.group == 8 || pl.group == 16 || pl.group == 32,
             "forward warp tier: 4 to 32 lanes a row");
     require(pl.vpt == 3 || pl.vpt == 4 || pl.vpt == 8, "forward warp tier: 3, 4 or 8 vectors");
@@ -451,10 +470,15 @@ void check_choices() {
         if (dtype == F32 && fcols[i] == 2048)
           continue; /* the CTA-per-row kernel */
         const bool one_warp = dtype == F32 || fcols[i] >= 1024;
+        const int vpl = (int)(fcols[i] / vec / 32);
+        const bool rows_form = vpl == 1 || vpl == 2 || vpl == 4;
         expect(h200, dtype, norm, rows, fcols[i], false,
-               pl.tier == TIER_WARP && pl.threads == (one_warp ? 32 : 256),
-               one_warp ? "one-warp CTAs" : "persistent 256-thread CTAs");
-        const bool want = !one_warp && norm == LN;
+               pl.tier == TIER_WARP && pl.threads == (one_warp || rows_form ? 32 : 256) &&
+                   pl.variant == (rows_form ? fwd_rows_per_cta(norm == RMS, vpl) : 0),
+               rows_form  ? "the rows form (sweep 63)"
+               : one_warp ? "one-warp CTAs"
+                          : "persistent 256-thread CTAs");
+        const bool want = !one_warp && !rows_form && norm == LN;
         expect(h200, dtype, norm, rows, fcols[i], false, pl.param_smem == want,
                want ? "gamma/beta from shared memory" : "gamma/beta from global memory");
         p = problem(dtype, norm, 4096, fcols[i]);
@@ -464,13 +488,16 @@ void check_choices() {
                plan_forward(&p, vec, h200.info).threads == 256, "persistent 256-thread CTAs");
       }
   /* Forward warp tier's persistent grid: 48 CTAs an SM, 32 for LayerNorm rows of 64 vectors
-   * (sweeps 41-42). */
+   * (sweeps 41-42); rows of 256 and 512 with fp32 gamma (with bf16 gamma they take the rows
+   * form). */
   const int64_t gcols[] = {64, 256, 384, 512};
   for (int i = 0; i < 4; ++i)
     for (int nm = 0; nm < 2; ++nm) {
       const fnorm_norm norm = nm ? RMS : LN;
       const int64_t rows = grid_rows(gcols[i]);
       p = problem(BF16, norm, rows, gcols[i]);
+      if (gcols[i] % 256 == 0)
+        p.param_dtype = FNORM_DTYPE_F32;
       const int cap = norm == LN && gcols[i] == 512 ? 32 : 48;
       const Plan pl = plan_forward(&p, 8, h200.info);
       expect(h200, BF16, norm, rows, gcols[i], false,

@@ -88,7 +88,8 @@ struct Plan {
   int variant;      /* 1 for the second form of the tier's kernel (forward MODE_REG: LayerNorm's
                        statistics behind one barrier; forward MODE_CTA: the lean form,
                        fwd_lean_kernel; backward TIER_RING: RESIDENT, the row kept in the
-                       stage); 0 the first */
+                       stage); 0 the first. Forward TIER_WARP: the rows a one-warp CTA of
+                       fwd_rows_kernel takes at a time (0: fwd_warp_kernel) */
   int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32
                        registers; tuning builds also 1, its own count, and 2) */
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second
@@ -129,6 +130,14 @@ constexpr int kRingVpt = 2;
  * 32 elements. */
 constexpr int ring_resident_vpt(int vec) {
   return 32 / vec;
+}
+
+/* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time, for rows of vpl
+ * 16-byte vectors a lane (1, 2 or 4: rows of 32, 64 or 128 vectors). Sweep 63 (H200, 2^27
+ * elements): best at four vectors a lane in all (LayerNorm; RMSNorm at eight), LayerNorm at
+ * four vectors a lane of one row also two rows (16-bit 1024: 96.6% against 96.3%). */
+constexpr int fwd_rows_per_cta(bool rms, int vpl) {
+  return vpl == 1 ? (rms ? 8 : 4) : vpl == 2 ? (rms ? 4 : 2) : 2;
 }
 
 /* Most pieces the forward MODE_BULK kernel copies a CTA's chunk in (its mbarriers). */

@@ -145,6 +145,10 @@ struct Tuning {
                                names, persistent; tuning builds: all 16-byte rows,
                                2 a cluster a row, 3 persistent; 0 never */
   int fwd_lean_cl_threads;  /* ... threads a CTA at most (tuning builds: 64 to 1024; else 512) */
+  int fwd_rows;             /* forward: 1 takes 16-byte rows of 32, 64 or 128 vectors with 256
+                               rows an SM and 2^25 elements to fwd_rows_kernel (fwd_rows_per_cta rows a one-warp
+                               CTA), 0 never; tuning builds: 11, 12, 14, 18 take all such rows
+                               at 1, 2, 4, 8 rows a CTA */
 };
 
 #ifdef FNORM_TUNING
@@ -155,8 +159,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16, 1, 4,  1,
-              1, 1, 0, 4,   1,    0,   0,  2, 0, 1,  1, 1, 1, 128,  1, 1, 1, 1,  4,  1, 512};
+  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16, 1, 4,   1,
+              1, 1, 0, 4,   1,    0,   0,  2, 0, 1,  1, 1, 1, 128,  1, 1, 1, 1,  4,  1, 512, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -201,6 +205,7 @@ Tuning tuning() {
   t.fwd_bulk_pieces = tune_knob("FNORM_TUNE_FWD_BULK_PIECES", t.fwd_bulk_pieces);
   t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
+  t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -397,6 +402,32 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
         (tn.fwd_param_smem == 1 && pl.staged &&
          (dtype_bytes(p->dtype) == 4 || p->norm == FNORM_LAYERNORM)) ||
         (kTuningBuild && tn.fwd_param_smem == 2 && vec * (int64_t)dtype_bytes(p->dtype) == 16);
+    /* Rows of 32, 64 or 128 16-byte vectors, many of them, with gamma in the rows' dtype: several
+     * rows a one-warp CTA, each over the whole warp (fwd_rows_kernel, torch.compile's shape).
+     * Sweep 63 and A/B run AS (H200, release builds alternated): at 2^27 elements +1.8 to +5.5
+     * points over the kernels above (16-bit LayerNorm 512 92% -> 95.5%, fp32 RMSNorm 128 94.5%
+     * -> 100%); but 40960 rows of 256 (2^23.3 elements, within L2) 16-bit -6 to -7, fp32 -0.4
+     * to -0.8, while 40960 rows of 1024 gained 1.4. Hence 256 rows an SM and 2^25 elements (more
+     * than L2 holds) at least; between 2^25 and 2^27 not measured. fp32 gamma on 16-bit rows was
+     * not measured and keeps the kernels above. */
+    const int vpl = (int)(nvec / 32);
+    const bool rows_form = vec * (int64_t)dtype_bytes(p->dtype) == 16 && nvec % 32 == 0 &&
+                           (vpl == 1 || vpl == 2 || vpl == 4);
+    int rows_cta = 0;
+    if (tn.fwd_rows == 1 && rows_form && p->param_dtype == p->dtype &&
+        p->rows >= 256 * (int64_t)dev.sm_count && p->rows * p->cols >= ((int64_t)1 << 25))
+      rows_cta = fwd_rows_per_cta(p->norm == FNORM_RMSNORM, vpl);
+    else if (kTuningBuild && rows_form &&
+             (tn.fwd_rows == 11 || tn.fwd_rows == 12 || tn.fwd_rows == 14 || tn.fwd_rows == 18))
+      rows_cta = tn.fwd_rows - 10;
+    if (rows_cta > 0) {
+      pl.variant = rows_cta;
+      pl.group = 32;
+      pl.vpt = vpl;
+      pl.threads = 32;
+      pl.grid = min64(ceil_div(p->rows, rows_cta), kMaxGrid);
+      pl.staged = pl.param_smem = 0;
+    }
     return pl;
   }
   pl.tier = TIER_ROW;
