@@ -218,6 +218,20 @@ __global__ void __launch_bounds__(256) fwd_warp_kernel(FwdParams a) {
   }
 }
 
+/* The sum of v[0..N) (SQUARES: of their squares) in four interleaved partial sums, which keep
+ * each chain of additions short; the first four terms start the sums (no 0 + x). */
+template <int N, bool SQUARES> __device__ __forceinline__ float sum4(const float *v) {
+  float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    if constexpr (SQUARES)
+      p[j & 3] = j < 4 ? v[j] * v[j] : fmaf(v[j], v[j], p[j & 3]);
+    else
+      p[j & 3] = j < 4 ? v[j] : p[j & 3] + v[j];
+  }
+  return (p[0] + p[1]) + (p[2] + p[3]);
+}
+
 /* torch.compile's shape for short rows (ncu13): one-warp CTAs, not persistent, each taking R
  * rows at a time, each row over all 32 lanes at VPL 16-byte vectors a lane, every row's loads
  * issued first, x and y without cache hints; rows of exactly 32 * VPL vectors (FULL). Rows past
@@ -250,13 +264,8 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
     if (a.layernorm) {
       float s[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float p[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < EPR; ++j)
-          p[j & 3] = j < 4 ? v[r][j] : p[j & 3] + v[r][j];
-        s[r] = (p[0] + p[1]) + (p[2] + p[3]);
-      }
+      for (int r = 0; r < R; ++r)
+        s[r] = sum4<EPR, false>(v[r]);
       group_sum<32, R>(s);
       float t[2 * R];
 #pragma unroll
@@ -284,13 +293,8 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
     } else {
       float s[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float p[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < EPR; ++j)
-          p[j & 3] = j < 4 ? v[r][j] * v[r][j] : fmaf(v[r][j], v[r][j], p[j & 3]);
-        s[r] = (p[0] + p[1]) + (p[2] + p[3]);
-      }
+      for (int r = 0; r < R; ++r)
+        s[r] = sum4<EPR, true>(v[r]);
       group_sum<32, R>(s);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
