@@ -146,9 +146,9 @@ struct Tuning {
                                2 a cluster a row, 3 persistent; 0 never */
   int fwd_lean_cl_threads;  /* ... threads a CTA at most (tuning builds: 64 to 1024; else 512) */
   int fwd_rows;             /* forward: 1 takes 16-byte rows of 32, 64 or 128 vectors with 256
-                               rows an SM and 2^25 elements to fwd_rows_kernel (fwd_rows_per_cta rows a one-warp
-                               CTA), 0 never; tuning builds: 11, 12, 14, 18 take all such rows
-                               at 1, 2, 4, 8 rows a CTA */
+                               rows an SM and 2^25 elements to fwd_rows_kernel (fwd_rows_per_cta
+                               rows a one-warp CTA), 0 never; tuning builds: 11, 12, 14, 18 take
+                               all such rows at 1, 2, 4, 8 rows a CTA */
 };
 
 #ifdef FNORM_TUNING
