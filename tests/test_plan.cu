@@ -78,7 +78,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   if (pl.tier == TIER_WARP && pl.variant) {
     /* fwd_rows_kernel (sweep 63) */
     require(wide && nvec % 32 == 0 && pl.group == 32 && pl.vpt * 32 == nvec &&
-                (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4),
+                (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4 ||
+                 (kTuningBuild && (pl.vpt == 3 || pl.vpt == 8))),
             "forward rows form: 16-byte rows of 32, 64 or 128 vectors, each over a warp");
     require(pl.threads == 32 && !pl.staged && !pl.param_smem && pl.grid == cdiv(p.rows, pl.variant),
             "forward rows form: one-warp CTAs, not persistent, one a CTA's rows");

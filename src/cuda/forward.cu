@@ -1361,12 +1361,14 @@ static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
   return nullptr;
 }
 
-/* fwd_rows_kernel at VPL vectors a lane and R rows a CTA: release builds have the planned R
- * (fwd_rows_per_cta), tuning builds 1, 2, 4 and 8 (nullptr if none). */
+/* fwd_rows_kernel at VPL vectors a lane and R rows a CTA: release builds have the planned VPL
+ * (1, 2, 4) and R (fwd_rows_per_cta), tuning builds also VPL 3 and 8 and R 1, 2, 4 and 8
+ * (nullptr if none). */
 template <typename T, typename P, int VEC, int VPL, int R>
 static void (*fwd_rows_one())(FwdParams) {
-  if constexpr (kTuningBuild || R == fwd_rows_per_cta(false, VPL) ||
-                R == fwd_rows_per_cta(true, VPL))
+  if constexpr (kTuningBuild ||
+                ((VPL == 1 || VPL == 2 || VPL == 4) &&
+                 (R == fwd_rows_per_cta(false, VPL) || R == fwd_rows_per_cta(true, VPL))))
     return fwd_rows_kernel<T, P, VEC, VPL, R>;
   return nullptr;
 }
@@ -1393,6 +1395,10 @@ template <typename T, typename P, int VEC> static void (*fwd_rows_pick(int vpl, 
     return fwd_rows_pick_r<T, P, VEC, 2>(r);
   case 4:
     return fwd_rows_pick_r<T, P, VEC, 4>(r);
+  case 3:
+    return fwd_rows_pick_r<T, P, VEC, 3>(r);
+  case 8:
+    return fwd_rows_pick_r<T, P, VEC, 8>(r);
   default:
     return nullptr;
   }

@@ -148,7 +148,8 @@ struct Tuning {
   int fwd_rows;             /* forward: 1 takes 16-byte rows of 32, 64 or 128 vectors with 256
                                rows an SM and 2^25 elements to fwd_rows_kernel (fwd_rows_per_cta
                                rows a one-warp CTA), 0 never; tuning builds: 11, 12, 14, 18 take
-                               all such rows at 1, 2, 4, 8 rows a CTA */
+                               all such rows, and those of 96 and 256 vectors, at 1, 2, 4, 8
+                               rows a CTA */
 };
 
 #ifdef FNORM_TUNING
@@ -417,9 +418,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (tn.fwd_rows == 1 && rows_form && p->param_dtype == p->dtype &&
         p->rows >= 256 * (int64_t)dev.sm_count && p->rows * p->cols >= ((int64_t)1 << 25))
       rows_cta = fwd_rows_per_cta(p->norm == FNORM_RMSNORM, vpl);
-    else if (kTuningBuild && rows_form &&
+    else if (kTuningBuild && vec * (int64_t)dtype_bytes(p->dtype) == 16 && nvec % 32 == 0 &&
+             (rows_form || vpl == 3 || vpl == 8) &&
              (tn.fwd_rows == 11 || tn.fwd_rows == 12 || tn.fwd_rows == 14 || tn.fwd_rows == 18))
-      rows_cta = tn.fwd_rows - 10;
+      rows_cta = tn.fwd_rows - 10; /* (tuning builds also at 3 and 8 vectors a lane: unmeasured) */
     if (rows_cta > 0) {
       pl.variant = rows_cta;
       pl.group = 32;
