@@ -412,14 +412,13 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
      * than L2 holds) at least; between 2^25 and 2^27 not measured. fp32 gamma on 16-bit rows was
      * not measured and keeps the kernels above. */
     const int vpl = (int)(nvec / 32);
-    const bool rows_form = vec * (int64_t)dtype_bytes(p->dtype) == 16 && nvec % 32 == 0 &&
-                           (vpl == 1 || vpl == 2 || vpl == 4);
+    const bool warp_rows = vec * (int64_t)dtype_bytes(p->dtype) == 16 && nvec % 32 == 0;
+    const bool rows_form = warp_rows && (vpl == 1 || vpl == 2 || vpl == 4);
     int rows_cta = 0;
     if (tn.fwd_rows == 1 && rows_form && p->param_dtype == p->dtype &&
         p->rows >= 256 * (int64_t)dev.sm_count && p->rows * p->cols >= ((int64_t)1 << 25))
       rows_cta = fwd_rows_per_cta(p->norm == FNORM_RMSNORM, vpl);
-    else if (kTuningBuild && vec * (int64_t)dtype_bytes(p->dtype) == 16 && nvec % 32 == 0 &&
-             (rows_form || vpl == 3 || vpl == 8) &&
+    else if (kTuningBuild && (rows_form || (warp_rows && (vpl == 3 || vpl == 8))) &&
              (tn.fwd_rows == 11 || tn.fwd_rows == 12 || tn.fwd_rows == 14 || tn.fwd_rows == 18))
       rows_cta = tn.fwd_rows - 10; /* (tuning builds also at 3 and 8 vectors a lane: unmeasured) */
     if (rows_cta > 0) {
