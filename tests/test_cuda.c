@@ -352,11 +352,12 @@ static void cuda_sizes(void) {
         break;
     }
   }
-  /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: over a
-   * cluster of 2, 4 or 8 8-warp CTAs on sm_90 (elsewhere the ring or the row tier), the last
-   * CTA's chunk shorter where the row does not split evenly (8196, 16392), once with aligned
-   * rows with a gap and no gamma/beta. Also the forward and the backward from y. Not under
-   * --quick (its rows are too few for the tier): --filter 'M=4096 ' picks them. */
+  /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: from y
+   * over a cluster of 2, 4 or 8 8-warp CTAs on sm_90 (from x the ring; elsewhere the ring or
+   * the row tier), the last CTA's chunk shorter where the row does not split evenly (8196,
+   * 16392), once with aligned rows with a gap and no gamma/beta. Also the forward and the
+   * backward from x. Not under --quick (its rows are too few for the tier): --filter 'M=4096 '
+   * picks them. */
   if (!g_opt.quick) {
     static const struct {
       int norm;
@@ -374,7 +375,8 @@ static void cuda_sizes(void) {
     }
   }
   /* 16-bit backward rows past the register ring's (more than 16384 16-byte vectors), and 16-bit
-   * rows with fp32 gamma past the warp tier's, with RESIDENT_TIER_ROWS rows: the ring's RESIDENT
+   * rows with fp32 gamma past the warp tier's up to 640 vectors (5120; 65536 takes the register
+   * ring since sweep 64), with RESIDENT_TIER_ROWS rows: the ring's RESIDENT
    * form on sm_90 from x (from y, and elsewhere, the stream tier or the register ring), in CTAs
    * of up to 512 and up to 128 threads; 131080 leaves the last of 16 CTAs a shorter chunk, 16392
    * the last of 8. Not under --quick (too few rows; racecheck ran the same kernel forced on at
@@ -388,6 +390,25 @@ static void cuda_sizes(void) {
                               combos[resident[s].combo].param_dtype, RESIDENT_TIER_ROWS,
                               resident[s].cols);
       gpu_case("cuda", &c);
+    }
+  }
+  /* The backward ring (16-byte rows past the warp tier's, sm_90) over many rows a CTA or a
+   * cluster, 2^24 elements a case: each CTA takes 12 or more rows, so the ring's stages and its
+   * row sums' two slots and mbarrier phases go round several times (the cases above give most
+   * CTAs one to three rows). 5120: three stages; 32768: a cluster of 4 a row; RMSNorm 12288:
+   * the RMS form; bf16 8192 once more with strided rows. Not under --quick. */
+  if (!g_opt.quick) {
+    static const case_shape ring_rows[] = {
+        {3, 0, 8192}, {1, 1, 12288}, {3, 0, 32768}, {1, 0, 5120}};
+    for (s = 0; s < 4; s++) {
+      tcase c = tcase_default(norms[ring_rows[s].norm], combos[ring_rows[s].combo].dtype,
+                              combos[ring_rows[s].combo].param_dtype,
+                              ((int64_t)1 << 24) / ring_rows[s].cols, ring_rows[s].cols);
+      gpu_case("cuda", &c);
+      if (s == 0) {
+        tcase_apply_layout(&c, 3, 1);
+        gpu_case("cuda", &c);
+      }
     }
   }
   if (!g_opt.quick) {

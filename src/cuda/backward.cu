@@ -125,6 +125,52 @@ __device__ __forceinline__ void row_sums(float (&sums)[2], bool layernorm, RingR
   }
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* row_sums in two halves around work that does not need the sums, for the ring: the warps'
+ * sums go to the slot and every thread arrives on `bar` (an mbarrier of one arrival a thread)
+ * without waiting (row_sums_post); row_sums_collect waits for the round's phase and adds the
+ * slot. A warp that reaches the sum early goes on with its dgamma/dbeta accumulators instead of
+ * idling at a CTA barrier. The slots alternate as in cta_sum: no warp can write a slot again
+ * before every thread has arrived in the round between, after reading it. Each thread's own
+ * arrival (release) orders its reads of the stage before the refill that follows the phase. */
+template <bool RMS>
+__device__ __forceinline__ void row_sums_post(float (&sums)[2], bool layernorm, RingRed &red,
+                                              unsigned long long *bar, int round) {
+  if (RMS || !layernorm)
+    sums[0] = 0.f;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = round & 1;
+  if constexpr (RMS) {
+    float s1[1] = {sums[1]};
+    group_sum<32, 1>(s1);
+    sums[1] = s1[0];
+  } else {
+    group_sum<32, 2>(sums);
+  }
+  if (lane == 0) {
+    red.warp[slot][w][0] = sums[0];
+    red.warp[slot][w][1] = sums[1];
+  }
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+template <bool RMS>
+__device__ __forceinline__ void row_sums_collect(float (&sums)[2], RingRed &red,
+                                                 unsigned long long *bar, int &round) {
+  const int lane = threadIdx.x & 31, nwarps = blockDim.x >> 5, slot = round & 1;
+  mbar_wait(bar, (uint32_t)slot);
+  if constexpr (RMS) {
+    float s1[1] = {lane < nwarps ? red.warp[slot][lane][1] : 0.f};
+    group_sum<32, 1>(s1);
+    sums[0] = 0.f;
+    sums[1] = s1[0];
+  } else {
+    sums[0] = lane < nwarps ? red.warp[slot][lane][0] : 0.f;
+    sums[1] = lane < nwarps ? red.warp[slot][lane][1] : 0.f;
+    group_sum<32, 2>(sums);
+  }
+  ++round;
+}
+#endif
+
 /* Writes the dgamma/dbeta accumulators of the vectors a thread owns (t + k * blockDim.x of
  * its chunk, k < VPT) into partial row `part` (gamma) and nparts + part (beta). */
 template <int VEC, int VPT, bool RMS = false>
@@ -615,6 +661,7 @@ __global__ void __launch_bounds__(512, 1)
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   __shared__ RingRed red;
   __shared__ unsigned long long full[kRingMaxStages];
+  __shared__ unsigned long long sumbar;      /* the register form's row sums (row_sums_post) */
   V *ring = reinterpret_cast<V *>(dyn_smem); /* stage s: dy at 2s * chunk, x at (2s + 1) * chunk */
   int csize, crank;
   cluster_shape(csize, crank);
@@ -623,6 +670,8 @@ __global__ void __launch_bounds__(512, 1)
   const int count = (int)chunk_count(nvec, chunk_vecs, crank);
   const uint32_t bytes = (uint32_t)count * (uint32_t)sizeof(V);
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
+  if (threadIdx.x == 0) /* visible to the CTA after bulk_barriers_init's barrier */
+    mbar_init(&sumbar, blockDim.x);
   bulk_barriers_init(full, nstages, red, csize);
   const T *dychunk = (const T *)a.dy + v0 * VEC;
   const T *xychunk = (const T *)a.xy + v0 * VEC;
@@ -777,7 +826,19 @@ __global__ void __launch_bounds__(512, 1)
         } /* (d and xh of vectors not the thread's are never read: no zeroing each row) */
       }
       float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
-      row_sums<RMS>(sums, a.layernorm, red, round);
+      row_sums_post<RMS>(sums, a.layernorm, red, &sumbar, round);
+      /* dgamma/dbeta need only dy and xhat: added while the other warps reach the sum. */
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (mine[k])
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const int j = k * VEC + e;
+            acc_g[j] += d[j] * xh[j];
+            if (!RMS)
+              acc_b[j] += d[j];
+          }
+      row_sums_collect<RMS>(sums, red, &sumbar, round);
       if (threadIdx.x == 0 && count > 0) {
         const int64_t next = row + (int64_t)nstages * nclusters;
         if (next < a.rows) {
@@ -802,9 +863,6 @@ __global__ void __launch_bounds__(512, 1)
         for (int e = 0; e < VEC; ++e) {
           const int j = k * VEC + e;
           out[e] = dx_elem<RMS>(dr, d[j] * gm[j], xh[j]);
-          acc_g[j] += d[j] * xh[j];
-          if (!RMS)
-            acc_b[j] += d[j];
         }
         if (dxr)
           store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
