@@ -242,7 +242,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   }
 }
 
-void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const DeviceInfo &dev) {
+void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const DeviceInfo &dev,
+                    bool from_y) {
   const int64_t nvec = p.cols / vec;
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
@@ -302,8 +303,12 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
                            pl.smem <= (size_t)dev.max_smem_optin),
             "backward ring: two stages or more that fit in shared memory");
     require(kTuningBuild || pl.variant ||
-                pl.nbuf == (p.dtype != FNORM_DTYPE_F32 && nvec > 512 && nvec <= 640 ? 3 : 2),
-            "backward ring: 3 stages for 16-bit rows of 513-640 vectors, else 2");
+                pl.nbuf == (p.dtype != FNORM_DTYPE_F32 && nvec > 512 && nvec <= 640 &&
+                                    !(p.norm == FNORM_RMSNORM && !from_y)
+                                ? 3
+                                : 2),
+            "backward ring: 3 stages for 16-bit rows of 513-640 vectors (not RMSNorm from x), "
+            "else 2");
     require(!pl.variant ||
                 (pl.nbuf >= 1 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 + pl.chunk * vec * 4 &&
                  pl.smem <= (size_t)dev.max_smem_optin),
@@ -353,10 +358,10 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
       if (dir == 0)
         check_forward(plan_forward(&p, vecs[v], d.info), p, vecs[v], d.info);
       else
-        check_backward(plan_backward(&p, vecs[v], d.info, false), p, vecs[v], d.info);
+        check_backward(plan_backward(&p, vecs[v], d.info, false), p, vecs[v], d.info, false);
       if (dir == 1 && !g_why[0]) { /* and from y */
         Plan pl = plan_backward(&p, vecs[v], d.info, true);
-        check_backward(pl, p, vecs[v], d.info);
+        check_backward(pl, p, vecs[v], d.info, true);
         plan_backward_from_y(pl, &p, true, d.info);
         require(!pl.param_smem || pl.tier != TIER_RING || p.norm == FNORM_LAYERNORM,
                 "backward ring from y: beta in shared memory only for LayerNorm");
@@ -421,8 +426,9 @@ void check_choices() {
   const Device &h200 = kDevices[0], &a100 = kDevices[1];
   const fnorm_norm LN = FNORM_LAYERNORM, RMS = FNORM_RMSNORM;
   const fnorm_dtype F32 = FNORM_DTYPE_F32, BF16 = FNORM_DTYPE_BF16;
-  /* Backward: fp32 rows of 4097-32768 over a cluster of 8-warp CTAs (sweep 28) from 4096 rows
-   * on (sweep 30), the ring otherwise (fewer rows, 16-bit rows, 65536, sm_80). */
+  /* Backward: fp32 rows of 4097-32768 from y over a cluster of 8-warp CTAs (sweep 28) from 4096
+   * rows on (sweep 30), the ring otherwise (from x since sweep 64, fewer rows, 16-bit rows,
+   * 65536, sm_80). */
   const int64_t cl_cols[] = {5120, 8192, 16384, 32768};
   const int cl_size[] = {2, 2, 4, 8};
   for (int i = 0; i < 4; ++i)
@@ -430,10 +436,12 @@ void check_choices() {
       const fnorm_norm norm = nm ? RMS : LN;
       const int64_t rows = grid_rows(cl_cols[i]);
       fnorm_problem p = problem(F32, norm, rows, cl_cols[i]);
-      Plan pl = plan_backward(&p, 4, h200.info, false);
+      Plan pl = plan_backward(&p, 4, h200.info, true);
       expect(h200, F32, norm, rows, cl_cols[i], true,
              pl.tier == TIER_WARP && pl.group == 256 && pl.cluster == cl_size[i],
-             "the 8-warp rows over a cluster");
+             "from y: the 8-warp rows over a cluster");
+      pl = plan_backward(&p, 4, h200.info, false);
+      expect(h200, F32, norm, rows, cl_cols[i], true, pl.tier == TIER_RING, "from x: the ring");
       pl = plan_backward(&p, 4, a100.info, false);
       expect(a100, F32, norm, rows, cl_cols[i], true, pl.tier != TIER_WARP, "no warp-tier row");
       p.rows = 2048; /* few rows: the ring (sweep 30) */
@@ -609,18 +617,22 @@ void check_choices() {
     expect(h200, F32, LN, rows, scols[i], true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
   }
-  /* Backward, 16-bit rows with fp32 gamma past the warp tier, from x, 1.5 rows an SM or more:
-   * the RESIDENT form in CTAs of 128 threads (sweep 48); with 16-bit gamma, from y or with 160
-   * rows the register ring. */
+  /* Backward, 16-bit rows with fp32 gamma past the warp tier up to 640 vectors, from x, 1.5
+   * rows an SM or more: the RESIDENT form in CTAs of 128 threads (sweep 48); longer rows (sweep
+   * 64), 16-bit gamma, from y or 160 rows: the register ring. */
   const int64_t pcols[] = {5120, 16384, 32768, 65536};
   for (int i = 0; i < 4; ++i) {
     const int64_t rows = grid_rows(pcols[i]);
     p = problem(BF16, LN, rows, pcols[i]);
     p.param_dtype = FNORM_DTYPE_F32;
     Plan pl = plan_backward(&p, 8, h200.info, false);
-    expect(h200, BF16, LN, rows, pcols[i], true,
-           pl.tier == TIER_RING && pl.variant == 1 && pl.threads <= 128,
-           "fp32 gamma: the ring's RESIDENT form, 128 threads a CTA");
+    if (i == 0)
+      expect(h200, BF16, LN, rows, pcols[i], true,
+             pl.tier == TIER_RING && pl.variant == 1 && pl.threads <= 128,
+             "fp32 gamma: the ring's RESIDENT form, 128 threads a CTA");
+    else
+      expect(h200, BF16, LN, rows, pcols[i], true, pl.tier == TIER_RING && pl.variant == 0,
+             "fp32 gamma past 640 vectors: the register ring");
     expect(h200, BF16, LN, rows, pcols[i], true, plan_backward(&p, 8, h200.info, true).variant == 0,
            "from y: the register ring");
     p.rows = 160;
@@ -630,18 +642,17 @@ void check_choices() {
     expect(h200, BF16, LN, rows, pcols[i], true,
            plan_backward(&p, 8, h200.info, false).variant == 0, "bf16 gamma: the register ring");
   }
-  /* Backward, RMSNorm from x: the RMS form (A/B runs AK1-AK2) save on 16-bit rows of 8 warps
-   * (2049-4096) and the ring's three-stage rows (4097-5120) from 16384 rows on, and fp32 ring
-   * rows; never LayerNorm. */
+  /* Backward, RMSNorm from x: the RMS form (A/B runs AK1-AK2) save on fp32 ring rows (from
+   * 4096 since sweep 64; 16-bit rows of 2049-5120 now take the ring's RMS form, in 2 stages);
+   * never LayerNorm. */
   struct {
     fnorm_dtype dt;
     int64_t rows, cols;
     bool rms_form;
-  } const rf[] = {
-      {BF16, 131072, 1024, true}, {BF16, 32768, 4096, false}, {BF16, 8192, 4096, true},
-      {BF16, 26214, 5120, false}, {BF16, 4096, 5120, true},   {BF16, 16384, 8192, true},
-      {BF16, 2048, 65536, true},  {BF16, 512, 262144, true},  {F32, 131072, 1024, true},
-      {F32, 32768, 4096, true},   {F32, 2048, 65536, false},  {F32, 512, 262144, false}};
+  } const rf[] = {{BF16, 131072, 1024, true}, {BF16, 32768, 4096, true}, {BF16, 8192, 4096, true},
+                  {BF16, 26214, 5120, true},  {BF16, 4096, 5120, true},  {BF16, 16384, 8192, true},
+                  {BF16, 2048, 65536, true},  {BF16, 512, 262144, true}, {F32, 131072, 1024, true},
+                  {F32, 32768, 4096, false},  {F32, 2048, 65536, false}, {F32, 512, 262144, false}};
   for (const auto &c : rf) {
     p = problem(c.dt, RMS, c.rows, c.cols);
     const int v = c.dt == F32 ? 4 : 8;

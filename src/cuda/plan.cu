@@ -150,6 +150,12 @@ struct Tuning {
                                rows a one-warp CTA), 0 never; tuning builds: 11, 12, 14, 18 take
                                all such rows, and those of 96 and 256 vectors, at 1, 2, 4, 8
                                rows a CTA */
+  int bwd_ring_more;        /* backward from x (sm_90), since the ring's split row sums: 1 the
+                               ring also takes fp32 rows of 1024 vectors or more and 16-bit
+                               RMSNorm rows of 256 or more where the warp tier fits, keeps 2
+                               stages for 16-bit RMSNorm rows of 513-640 vectors, and takes 16-bit
+                               rows with fp32 gamma past 640 vectors in its register form, not
+                               RESIDENT; 0 none of these (the rules before sweep 64) */
 };
 
 #ifdef FNORM_TUNING
@@ -160,8 +166,8 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0, 1, 32, 16, 1, 4,   1,
-              1, 1, 0, 4,   1,    0,   0,  2, 0, 1,  1, 1, 1, 128,  1, 1, 1, 1,  4,  1, 512, 1};
+  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1,   4096, 1, 0, 1, 32, 16, 1,   4, 1, 1,
+              1, 0, 4, 1,   0,    0,   2,  0, 1, 1,  1, 1, 128, 1,    1, 1, 1, 4,  1,  512, 1, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -207,6 +213,7 @@ Tuning tuning() {
   t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
+  t.bwd_ring_more = tune_knob("FNORM_TUNE_BWD_RING_MORE", t.bwd_ring_more);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -722,14 +729,26 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * the register ring): N = 5120 +8 to +9 points, 16384 +6 to +8, 32768 +10 to +11, 65536 +5 to
    * +6 (256 threads: +7 to +9), 8192 -2 to -3; with 256 rows -3. Same-dtype gamma lost 3-8
    * points (sweep 44). */
+  /* Since the ring's row sums are split around the dgamma/dbeta accumulators (row_sums_post),
+   * sweep 64 (H200, 2^27 elements, from x): fp32 rows of 4096-32768 +5 to +11 points on the
+   * ring over the warp tier and its clusters (N = 8192: 87% -> 97%; 1024-2048 level); 16-bit
+   * RMSNorm rows of 2048-4096 +1.6 to +4.8 (LayerNorm -3 to -5: it stays); 16-bit RMSNorm rows
+   * of 4097-5120 +15 to +22 with 2 stages (3 stages keep it from the RMS form from 16384 rows on,
+   * see rms_slower below); 16-bit rows with fp32 gamma of 8192-65536 +1.6 to +7.8 in the
+   * register ring over RESIDENT (5120 -2.5 to -11, 32768 LayerNorm -0.5). */
+  const bool more = tn.bwd_ring_more == 1 && !from_y;
+  const bool rms16 = dtype_bytes(p->dtype) == 2 && p->norm == FNORM_RMSNORM;
+  const bool ring_first =
+      more && ((dtype_bytes(p->dtype) == 4 && nvec >= 1024) || (rms16 && nvec >= 256));
   const bool resident_first = resident_rows && !warp_fits &&
                               ((tn.bwd_resident_first == 1 && p->param_dtype == FNORM_DTYPE_F32 &&
-                                dtype_bytes(p->dtype) == 2) ||
+                                dtype_bytes(p->dtype) == 2 && !(more && nvec > 640)) ||
                                (kTuningBuild && tn.bwd_resident_first == 2));
   const int ring_stages =
-      dtype_bytes(p->dtype) == 2 && nvec > 512 && nvec <= 640 ? tn.stages_640 : tn.stages;
+      dtype_bytes(p->dtype) == 2 && nvec > 512 && nvec <= 640 && !(more && rms16) ? tn.stages_640
+                                                                                  : tn.stages;
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
-      (!warp_fits || (tn.ring >= 2 && nvec >= 32)) &&
+      (!warp_fits || ring_first || (tn.ring >= 2 && nvec >= 32)) &&
       ((resident_first &&
         plan_ring_resident(pl, vec, nvec, tn.stages, tn.bwd_resident_threads, dev)) ||
        plan_ring(pl, p, nvec, 2, ring_stages, tn.threads,
