@@ -16,18 +16,19 @@
  *                    warps), GROUP lanes per row, accumulators in registers (one partial per
  *                    CTA); 16-byte rows arrive through a two-stage cp.async ring in shared
  *                    memory, a row ahead, and rows of a warp or more read gamma/beta from
- *                    shared memory. On sm_90, fp32 rows of up to 8 x 256 * VPT vectors (N =
- *                    32768) over a cluster of such 8-warp CTAs (one partial per cluster).
+ *                    shared memory. On sm_90, fp32 rows from y of up to 8 x 256 * VPT vectors
+ *                    (N = 32768) over a cluster of such 8-warp CTAs (one partial per cluster).
  *                    A FULL form, without per-vector tests, takes rows the lanes' vectors fill
  *                    exactly: fp32 rows and 16-bit rows of one warp (A/B runs AH1-AH3).
  *  bwd_ring_kernel   sm_90, 16-byte vectors, longer rows up to 16 * 1024 vectors (131072
  *                    16-bit or 65536 fp32 elements): a CTA or a cluster per row, dy and x
  *                    streamed through a ring of shared-memory stages by bulk copies, the
- *                    accumulators in registers (one partial per cluster); LayerNorm from y
+ *                    accumulators in registers (one partial per cluster), added while the
+ *                    warps' row sums meet on an mbarrier; LayerNorm from y
  *                    reads beta from shared memory. Its RESIDENT form takes 16-bit rows past
  *                    those (up to 16 * 512 * 4 vectors, N = 262144), and 16-bit rows with
- *                    fp32 gamma (in CTAs of 128 threads), from x, each CTA's chunk of dy and
- *                    x kept in the stage and read there twice.
+ *                    fp32 gamma of up to 640 vectors (in CTAs of 128 threads), from x, each
+ *                    CTA's chunk of dy and x kept in the stage and read there twice.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
@@ -629,6 +630,9 @@ __global__ void __launch_bounds__(512, 1)
  * refilled at once), keeps gamma and its dgamma/dbeta accumulators in registers across all
  * rows, and needs one reduction a row (one exchange across the cluster). At the end each CTA
  * writes its chunk of the cluster's partial row.
+ * The register form adds its accumulators between its arrival at the row's sum and the wait
+ * for it (row_sums_post, row_sums_collect): A/B run AT1 (H200, 2^27 elements) 16-bit RMSNorm
+ * N = 8192-65536 +9 to +13.5 points, LayerNorm 2304-16384 +7 to +12 (5120 -3 to -4).
  * BETA_SMEM (LayerNorm from y): beta as fp32 in shared memory after the stages, each thread
  * its own vectors, instead of from global memory every row (sweep 30: the ring at 55-60% of the
  * copy there, against 81-85% for the warp tier's clusters, which read it from shared memory;
