@@ -652,7 +652,8 @@ void check_choices() {
   } const rf[] = {{BF16, 131072, 1024, true}, {BF16, 32768, 4096, true}, {BF16, 8192, 4096, true},
                   {BF16, 26214, 5120, true},  {BF16, 4096, 5120, true},  {BF16, 16384, 8192, true},
                   {BF16, 2048, 65536, true},  {BF16, 512, 262144, true}, {F32, 131072, 1024, true},
-                  {F32, 32768, 4096, false},  {F32, 2048, 65536, false}, {F32, 512, 262144, false}};
+                  {F32, 32768, 4096, false},  {F32, 2048, 65536, false}, {F32, 512, 262144, false},
+                  {F32, 4096, 4096, true}};
   for (const auto &c : rf) {
     p = problem(c.dt, RMS, c.rows, c.cols);
     const int v = c.dt == F32 ? 4 : 8;

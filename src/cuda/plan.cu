@@ -151,11 +151,12 @@ struct Tuning {
                                all such rows, and those of 96 and 256 vectors, at 1, 2, 4, 8
                                rows a CTA */
   int bwd_ring_more;        /* backward from x (sm_90), since the ring's split row sums: 1 the
-                               ring also takes fp32 rows of 1024 vectors or more and 16-bit
-                               RMSNorm rows of 256 or more where the warp tier fits, keeps 2
-                               stages for 16-bit RMSNorm rows of 513-640 vectors, and takes 16-bit
-                               rows with fp32 gamma past 640 vectors in its register form, not
-                               RESIDENT; 0 none of these (the rules before sweep 64) */
+                               ring also takes fp32 rows past 1024 vectors, and from 32768 rows
+                               fp32 rows of 1024 and 16-bit RMSNorm rows of 256 or more, where
+                               the warp tier fits; keeps 2 stages for 16-bit RMSNorm rows of
+                               513-640 vectors, and takes 16-bit rows with fp32 gamma past 640
+                               vectors in its register form, not RESIDENT; 0 none of these (the
+                               rules before sweep 64) */
 };
 
 #ifdef FNORM_TUNING
@@ -735,11 +736,16 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * RMSNorm rows of 2048-4096 +1.6 to +4.8 (LayerNorm -3 to -5: it stays); 16-bit RMSNorm rows
    * of 4097-5120 +15 to +22 with 2 stages (3 stages keep it from the RMS form from 16384 rows on,
    * see rms_slower below); 16-bit rows with fp32 gamma of 8192-65536 +1.6 to +7.8 in the
-   * register ring over RESIDENT (5120 -2.5 to -11, 32768 LayerNorm -0.5). */
+   * register ring over RESIDENT (5120 -2.5 to -11, 32768 LayerNorm -0.5). Rows the warp tier
+   * takes without a cluster go to the ring only from 32768 rows on: A/B run AV (H200, graph
+   * preset, 4096 rows) had fp16 RMSNorm 4096 on the ring 5 points slower (rows between 4096
+   * and 32768 not measured). */
   const bool more = tn.bwd_ring_more == 1 && !from_y;
   const bool rms16 = dtype_bytes(p->dtype) == 2 && p->norm == FNORM_RMSNORM;
   const bool ring_first =
-      more && ((dtype_bytes(p->dtype) == 4 && nvec >= 1024) || (rms16 && nvec >= 256));
+      more && ((dtype_bytes(p->dtype) == 4 && nvec > 1024) ||
+               (p->rows >= 32768 &&
+                ((dtype_bytes(p->dtype) == 4 && nvec == 1024) || (rms16 && nvec >= 256))));
   const bool resident_first = resident_rows && !warp_fits &&
                               ((tn.bwd_resident_first == 1 && p->param_dtype == FNORM_DTYPE_F32 &&
                                 dtype_bytes(p->dtype) == 2 && !(more && nvec > 640)) ||
