@@ -772,7 +772,7 @@ __global__ void __launch_bounds__(512, 1)
         }
       float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
       row_sums<RMS>(sums, a.layernorm, red, round);
-      cluster_sum2(sums, red, xround, csize);
+      cluster_sum2<sizeof(T) == 2>(sums, red, xround, csize);
       const DxRow dr = dx_row(rs, sums[0], sums[1], inv_n);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll
@@ -854,7 +854,7 @@ __global__ void __launch_bounds__(512, 1)
         s = 0;
         phase ^= 1u;
       }
-      cluster_sum2(sums, red, xround, csize);
+      cluster_sum2<sizeof(T) == 2>(sums, red, xround, csize);
       const DxRow dr = dx_row(rs, sums[0], sums[1], inv_n);
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll

@@ -300,6 +300,15 @@ template <int WIDTH, int K> __device__ __forceinline__ void group_sum(float (&v)
       v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
 }
 
+/* Two sums held in halves of the warp (lanes 0-15 the first, 16-31 the second; every lane of a
+ * half the same bits) back into both values of every lane: one shuffle. */
+__device__ __forceinline__ void halves_to_both(float mine, float (&v)[2]) {
+  const bool hi = threadIdx.x & 16;
+  const float other = __shfl_xor_sync(0xffffffffu, mine, 16);
+  v[0] = hi ? other : mine;
+  v[1] = hi ? mine : other;
+}
+
 /* Shared scratch for block/cluster sums: two slots so that consecutive reductions need one
  * barrier each (a slot is rewritten only after every thread has passed the barrier that
  * follows its last read). The cluster part receives each CTA's sums by st.async, counted by
@@ -795,16 +804,32 @@ __device__ __forceinline__ float cluster_sum(float v, RingRed &red, int &xround,
   return s;
 }
 
-/* The backward's two row sums over the cluster, in rank order, in place (csize may be 1). (Not
- * cluster_sum twice: one exchange. Its `if` and cluster_sum's early return each keep their
- * kernels' sm_90 machine code as it was measured.) */
+/* The backward's two row sums over the cluster, in place (csize may be 1): one exchange, then
+ * the CTAs' values added, the same bits in every CTA. LANES: by a butterfly (csize a power of
+ * two, as the ring's plans make it), lane i taking CTA (i % csize)'s values, the first in lanes
+ * 0-15 and the second in 16-31; else every thread in a loop over the CTAs in rank order. Release
+ * A/B run AW (H200): the butterfly +1.2 to +3.4 points on 16-bit rows over clusters of 2-16
+ * CTAs; in the fp32 kernels it moved their machine code and lost 2.4 to 5.8 points at N =
+ * 4096-32768 (also on rows without a cluster): those keep the loop. (Its `if` keeps the kernels'
+ * sm_90 machine code as it was measured.) */
+template <bool LANES>
 __device__ __forceinline__ void cluster_sum2(float (&v)[2], RingRed &red, int &xround, int csize) {
   if (csize > 1) {
     const int slot = cluster_exchange(make_float4(v[0], v[1], 0.f, 0.f), red, xround, csize);
-    v[0] = v[1] = 0.f;
-    for (int r = 0; r < csize; ++r) {
-      v[0] += red.cta[slot][r].x;
-      v[1] += red.cta[slot][r].y;
+    if constexpr (LANES) {
+      const float4 c = red.cta[slot][threadIdx.x & (csize - 1)];
+      float s = (threadIdx.x & 16) ? c.y : c.x;
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1)
+        if (off < csize)
+          s += __shfl_xor_sync(0xffffffffu, s, off);
+      halves_to_both(s, v);
+    } else {
+      v[0] = v[1] = 0.f;
+      for (int r = 0; r < csize; ++r) {
+        v[0] += red.cta[slot][r].x;
+        v[1] += red.cta[slot][r].y;
+      }
     }
   }
 }
