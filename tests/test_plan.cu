@@ -642,6 +642,29 @@ void check_choices() {
     expect(h200, BF16, LN, rows, pcols[i], true,
            plan_backward(&p, 8, h200.info, false).variant == 0, "bf16 gamma: the register ring");
   }
+  /* Backward ring, 16-bit LayerNorm rows of 513-640 vectors from x with 16-bit gamma: a cluster
+   * of 2 CTAs of up to 160 threads (sweep 65); RMSNorm's one CTA a row. fp32 rows of 1024
+   * vectors from x: the ring from 8192 rows, the warp tier below (sweep 65). */
+  const int64_t c640[] = {4608, 5120};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t rows = grid_rows(c640[i]);
+    p = problem(BF16, LN, rows, c640[i]);
+    Plan pl = plan_backward(&p, 8, h200.info, false);
+    expect(h200, BF16, LN, rows, c640[i], true,
+           pl.tier == TIER_RING && pl.cluster == 2 && pl.threads == 160 && pl.nbuf == 3,
+           "a cluster of 2 CTAs of 160 threads, 3 stages");
+    p.norm = RMS;
+    pl = plan_backward(&p, 8, h200.info, false);
+    expect(h200, BF16, RMS, rows, c640[i], true, pl.tier == TIER_RING && pl.cluster == 1,
+           "one CTA a row");
+  }
+  const int64_t r1024[] = {4096, 8192, 16384};
+  for (int i = 0; i < 3; ++i) {
+    p = problem(F32, LN, r1024[i], 4096);
+    expect(h200, F32, LN, r1024[i], 4096, true,
+           plan_backward(&p, 4, h200.info, false).tier == (i == 0 ? TIER_WARP : TIER_RING),
+           i == 0 ? "4096 rows: the warp tier" : "the ring");
+  }
   /* Backward, RMSNorm from x: the RMS form (A/B runs AK1-AK2) save on fp32 ring rows (from
    * 4096 since sweep 64; 16-bit rows of 2049-5120 now take the ring's RMS form, in 2 stages);
    * never LayerNorm. */

@@ -157,6 +157,9 @@ struct Tuning {
                                513-640 vectors, and takes 16-bit rows with fp32 gamma past 640
                                vectors in its register form, not RESIDENT; 0 none of these (the
                                rules before sweep 64) */
+  int bwd_cap_640;          /* backward ring (sm_90), LayerNorm 16-bit rows of 513-640 vectors
+                               from x: vectors a CTA at most (320: a cluster of 2 CTAs of 160
+                               threads, 3 an SM, not one CTA of 320 threads) */
 };
 
 #ifdef FNORM_TUNING
@@ -167,8 +170,9 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1,   4096, 1, 0, 1, 32, 16, 1,   4, 1, 1,
-              1, 0, 4, 1,   0,    0,   2,  0, 1, 1,  1, 1, 128, 1,    1, 1, 1, 4,  1,  512, 1, 1};
+  Tuning t = {1, 2,  3,  512, 1024, 512, 16, 8, 9, 11, 1,   1, 1, 4096, 1, 0,
+              1, 32, 16, 1,   4,    1,   1,  1, 0, 4,  1,   0, 0, 2,    0, 1,
+              1, 1,  1,  128, 1,    1,   1,  1, 4, 1,  512, 1, 1, 320};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -215,6 +219,7 @@ Tuning tuning() {
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
   t.bwd_ring_more = tune_knob("FNORM_TUNE_BWD_RING_MORE", t.bwd_ring_more);
+  t.bwd_cap_640 = tune_knob("FNORM_TUNE_BWD_CAP640", t.bwd_cap_640);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -737,15 +742,17 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * of 4097-5120 +15 to +22 with 2 stages (3 stages keep it from the RMS form from 16384 rows on,
    * see rms_slower below); 16-bit rows with fp32 gamma of 8192-65536 +1.6 to +7.8 in the
    * register ring over RESIDENT (5120 -2.5 to -11, 32768 LayerNorm -0.5). Rows the warp tier
-   * takes without a cluster go to the ring only from 32768 rows on: A/B run AV (H200, graph
-   * preset, 4096 rows) had fp16 RMSNorm 4096 on the ring 5 points slower (rows between 4096
-   * and 32768 not measured). */
+   * takes without a cluster go to the ring only from some rows on: A/B run AV (H200, graph
+   * preset, 4096 rows) had fp16 RMSNorm 4096 on the ring 5 points slower; sweep 65 (N = 4096,
+   * ring against warp tier): fp32 8192 rows +0.6 (RMSNorm) to +4.6 (LayerNorm), 16384 rows
+   * +1.3 to +2.5; bf16 RMSNorm 8192 rows -3.2, 16384 +0.7, 32768 level. So fp32 rows of 1024
+   * vectors from 8192 rows, 16-bit RMSNorm rows from 32768. */
   const bool more = tn.bwd_ring_more == 1 && !from_y;
   const bool rms16 = dtype_bytes(p->dtype) == 2 && p->norm == FNORM_RMSNORM;
   const bool ring_first =
       more && ((dtype_bytes(p->dtype) == 4 && nvec > 1024) ||
-               (p->rows >= 32768 &&
-                ((dtype_bytes(p->dtype) == 4 && nvec == 1024) || (rms16 && nvec >= 256))));
+               (dtype_bytes(p->dtype) == 4 && nvec == 1024 && p->rows >= 8192) ||
+               (rms16 && nvec >= 256 && p->rows >= 32768));
   const bool resident_first = resident_rows && !warp_fits &&
                               ((tn.bwd_resident_first == 1 && p->param_dtype == FNORM_DTYPE_F32 &&
                                 dtype_bytes(p->dtype) == 2 && !(more && nvec > 640)) ||
@@ -753,12 +760,21 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   const int ring_stages =
       dtype_bytes(p->dtype) == 2 && nvec > 512 && nvec <= 640 && !(more && rms16) ? tn.stages_640
                                                                                   : tn.stages;
+  /* 16-bit LayerNorm rows of 513-640 vectors (N = 4097-5120) with 16-bit gamma, from x: a
+   * cluster of 2 CTAs of up to 160 threads, three an SM (their 118 registers a thread allow one
+   * CTA of 320), instead of one CTA a row. Sweep 65 (H200, tuning build, 2^27 elements): bf16
+   * 5120 78.2% -> 84.9% of the copy; RMSNorm (its RMS form, two CTAs an SM already) 92.0 ->
+   * 91.6, so it keeps one CTA; 8192 in chunks of 256 lost 3.5 points. */
+  const int64_t ring_cap = nvec > 2048 && nvec <= 4096 ? tn.cap_4k
+                           : (!from_y && dtype_bytes(p->dtype) == 2 && p->norm == FNORM_LAYERNORM &&
+                              p->param_dtype != FNORM_DTYPE_F32 && nvec > 512 && nvec <= 640)
+                               ? tn.bwd_cap_640
+                               : tn.cap;
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || ring_first || (tn.ring >= 2 && nvec >= 32)) &&
       ((resident_first &&
         plan_ring_resident(pl, vec, nvec, tn.stages, tn.bwd_resident_threads, dev)) ||
-       plan_ring(pl, p, nvec, 2, ring_stages, tn.threads,
-                 nvec > 2048 && nvec <= 4096 ? tn.cap_4k : tn.cap, dev) ||
+       plan_ring(pl, p, nvec, 2, ring_stages, tn.threads, ring_cap, dev) ||
        (!warp_fits && resident_rows &&
         plan_ring_resident(pl, vec, nvec, tn.stages, kMaxThreads, dev)))) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
