@@ -302,13 +302,17 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(pl.variant || (pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
                            pl.smem <= (size_t)dev.max_smem_optin),
             "backward ring: two stages or more that fit in shared memory");
-    require(kTuningBuild || pl.variant ||
-                pl.nbuf == (p.dtype != FNORM_DTYPE_F32 && nvec > 512 && nvec <= 640 &&
-                                    !(p.norm == FNORM_RMSNORM && !from_y)
-                                ? 3
-                                : 2),
-            "backward ring: 3 stages for 16-bit rows of 513-640 vectors (not RMSNorm from x), "
-            "else 2");
+    {
+      const bool is16 = p.dtype != FNORM_DTYPE_F32;
+      const bool ln16 =
+          is16 && !from_y && p.norm == FNORM_LAYERNORM && p.param_dtype != FNORM_DTYPE_F32;
+      const bool three =
+          (is16 && nvec > 512 && nvec <= 640 && !(p.norm == FNORM_RMSNORM && !from_y)) ||
+          (ln16 && nvec > 640 && nvec <= 1024);
+      require(kTuningBuild || pl.variant || pl.nbuf == (three ? 3 : 2),
+              "backward ring: 3 stages for 16-bit rows of 513-640 vectors (not RMSNorm from x) "
+              "and 16-bit LayerNorm rows of 641-1024 from x with 16-bit gamma, else 2");
+    }
     require(!pl.variant ||
                 (pl.nbuf >= 1 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 + pl.chunk * vec * 4 &&
                  pl.smem <= (size_t)dev.max_smem_optin),

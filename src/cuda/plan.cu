@@ -160,6 +160,7 @@ struct Tuning {
   int bwd_cap_640;          /* backward ring (sm_90), LayerNorm 16-bit rows of 513-640 vectors
                                from x: vectors a CTA at most (320: a cluster of 2 CTAs of 160
                                threads, 3 an SM, not one CTA of 320 threads) */
+  int bwd_stages_1k;        /* ... and its rows of 641-1024 vectors: stages (3) */
 };
 
 #ifdef FNORM_TUNING
@@ -172,7 +173,7 @@ int tune_knob(const char *name, int fallback) {
 Tuning tuning() {
   Tuning t = {1, 2,  3,  512, 1024, 512, 16, 8, 9, 11, 1,   1, 1, 4096, 1, 0,
               1, 32, 16, 1,   4,    1,   1,  1, 0, 4,  1,   0, 0, 2,    0, 1,
-              1, 1,  1,  128, 1,    1,   1,  1, 4, 1,  512, 1, 1, 320};
+              1, 1,  1,  128, 1,    1,   1,  1, 4, 1,  512, 1, 1, 320,  3};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -220,6 +221,7 @@ Tuning tuning() {
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
   t.bwd_ring_more = tune_knob("FNORM_TUNE_BWD_RING_MORE", t.bwd_ring_more);
   t.bwd_cap_640 = tune_knob("FNORM_TUNE_BWD_CAP640", t.bwd_cap_640);
+  t.bwd_stages_1k = tune_knob("FNORM_TUNE_BWD_STAGES1K", t.bwd_stages_1k);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -757,19 +759,24 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
                               ((tn.bwd_resident_first == 1 && p->param_dtype == FNORM_DTYPE_F32 &&
                                 dtype_bytes(p->dtype) == 2 && !(more && nvec > 640)) ||
                                (kTuningBuild && tn.bwd_resident_first == 2));
+  /* 16-bit LayerNorm rows of 641-1024 vectors (N = 5121-8192) with 16-bit gamma, from x: 3
+   * stages too. Sweep 66 (H200, tuning build, 2^27 elements): bf16/fp16 6144 81% -> 87-88% of
+   * the copy, 7168 83% -> 88.5%, 8192 86% -> 87.6%; RMSNorm 6144 +2.6, 7168 -0.7, 8192 -4.8:
+   * it keeps 2. */
+  const bool ln16 = !from_y && dtype_bytes(p->dtype) == 2 && p->norm == FNORM_LAYERNORM &&
+                    p->param_dtype != FNORM_DTYPE_F32;
   const int ring_stages =
       dtype_bytes(p->dtype) == 2 && nvec > 512 && nvec <= 640 && !(more && rms16) ? tn.stages_640
+      : ln16 && nvec > 640 && nvec <= 1024                                        ? tn.bwd_stages_1k
                                                                                   : tn.stages;
   /* 16-bit LayerNorm rows of 513-640 vectors (N = 4097-5120) with 16-bit gamma, from x: a
    * cluster of 2 CTAs of up to 160 threads, three an SM (their 118 registers a thread allow one
    * CTA of 320), instead of one CTA a row. Sweep 65 (H200, tuning build, 2^27 elements): bf16
    * 5120 78.2% -> 84.9% of the copy; RMSNorm (its RMS form, two CTAs an SM already) 92.0 ->
    * 91.6, so it keeps one CTA; 8192 in chunks of 256 lost 3.5 points. */
-  const int64_t ring_cap = nvec > 2048 && nvec <= 4096 ? tn.cap_4k
-                           : (!from_y && dtype_bytes(p->dtype) == 2 && p->norm == FNORM_LAYERNORM &&
-                              p->param_dtype != FNORM_DTYPE_F32 && nvec > 512 && nvec <= 640)
-                               ? tn.bwd_cap_640
-                               : tn.cap;
+  const int64_t ring_cap = nvec > 2048 && nvec <= 4096         ? tn.cap_4k
+                           : ln16 && nvec > 512 && nvec <= 640 ? tn.bwd_cap_640
+                                                               : tn.cap;
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || ring_first || (tn.ring >= 2 && nvec >= 32)) &&
       ((resident_first &&
