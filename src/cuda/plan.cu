@@ -157,9 +157,9 @@ struct Tuning {
                                513-640 vectors, and takes 16-bit rows with fp32 gamma past 640
                                vectors in its register form, not RESIDENT; 0 none of these (the
                                rules before sweep 64) */
-  int bwd_cap_640;          /* backward ring (sm_90), LayerNorm 16-bit rows of 513-640 vectors
-                               from x: vectors a CTA at most (320: a cluster of 2 CTAs of 160
-                               threads, 3 an SM, not one CTA of 320 threads) */
+  int bwd_cap_640;          /* backward ring (sm_90), 16-bit LayerNorm rows of 513-640 vectors
+                               from x with 16-bit gamma: vectors a CTA at most (320: a cluster
+                               of 2 CTAs of 160 threads, 3 an SM, not one CTA of 320 threads) */
   int bwd_stages_1k;        /* ... and its rows of 641-1024 vectors: stages (3) */
 };
 
