@@ -271,16 +271,11 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float m1 = s[r] * inv_n;
-        float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < EPR; ++j) {
+        for (int j = 0; j < EPR; ++j)
           v[r][j] -= m1;
-          const float d = v[r][j];
-          q1[j & 3] = j < 4 ? d : q1[j & 3] + d;
-          q2[j & 3] = j < 4 ? d * d : fmaf(d, d, q2[j & 3]);
-        }
-        t[2 * r] = (q1[0] + q1[1]) + (q1[2] + q1[3]);
-        t[2 * r + 1] = (q2[0] + q2[1]) + (q2[2] + q2[3]);
+        t[2 * r] = sum4<EPR, false>(v[r]);
+        t[2 * r + 1] = sum4<EPR, true>(v[r]);
       }
       group_sum<32, 2 * R>(t);
 #pragma unroll

@@ -151,12 +151,12 @@ struct Tuning {
                                all such rows, and those of 96 and 256 vectors, at 1, 2, 4, 8
                                rows a CTA */
   int bwd_ring_more;        /* backward from x (sm_90), since the ring's split row sums: 1 the
-                               ring also takes fp32 rows past 1024 vectors, and from 32768 rows
-                               fp32 rows of 1024 and 16-bit RMSNorm rows of 256 or more, where
-                               the warp tier fits; keeps 2 stages for 16-bit RMSNorm rows of
-                               513-640 vectors, and takes 16-bit rows with fp32 gamma past 640
-                               vectors in its register form, not RESIDENT; 0 none of these (the
-                               rules before sweep 64) */
+                               ring also takes fp32 rows past 1024 vectors, fp32 rows of 1024
+                               from 8192 rows and 16-bit RMSNorm rows of 256 or more from 32768
+                               rows, where the warp tier fits; keeps 2 stages for 16-bit
+                               RMSNorm rows of 513-640 vectors, and takes 16-bit rows with fp32
+                               gamma past 640 vectors in its register form, not RESIDENT; 0 none
+                               of these (the rules before sweep 64) */
   int bwd_cap_640;          /* backward ring (sm_90), 16-bit LayerNorm rows of 513-640 vectors
                                from x with 16-bit gamma: vectors a CTA at most (320: a cluster
                                of 2 CTAs of 160 threads, 3 an SM, not one CTA of 320 threads) */
@@ -752,8 +752,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   const bool more = tn.bwd_ring_more == 1 && !from_y;
   const bool rms16 = dtype_bytes(p->dtype) == 2 && p->norm == FNORM_RMSNORM;
   const bool ring_first =
-      more && ((dtype_bytes(p->dtype) == 4 && nvec > 1024) ||
-               (dtype_bytes(p->dtype) == 4 && nvec == 1024 && p->rows >= 8192) ||
+      more && ((dtype_bytes(p->dtype) == 4 && (nvec > 1024 || (nvec == 1024 && p->rows >= 8192))) ||
                (rms16 && nvec >= 256 && p->rows >= 32768));
   const bool resident_first = resident_rows && !warp_fits &&
                               ((tn.bwd_resident_first == 1 && p->param_dtype == FNORM_DTYPE_F32 &&
