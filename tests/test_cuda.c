@@ -396,11 +396,12 @@ static void cuda_sizes(void) {
    * cluster, 2^24 elements a case: each CTA takes 12 or more rows, so the ring's stages and its
    * row sums' two slots and mbarrier phases go round several times (the cases above give most
    * CTAs one to three rows). 5120: three stages; 32768: a cluster of 4 a row; RMSNorm 12288:
-   * the RMS form; bf16 8192 once more with strided rows. Not under --quick. */
+   * the RMS form; bf16 8192 once more with strided rows; fp32 65536 and 131072: four vectors a
+   * thread past 8192 vectors (kRingVptWide), a cluster of 8 and of 16. Not under --quick. */
   if (!g_opt.quick) {
-    static const case_shape ring_rows[] = {
-        {3, 0, 8192}, {1, 1, 12288}, {3, 0, 32768}, {1, 0, 5120}};
-    for (s = 0; s < 4; s++) {
+    static const case_shape ring_rows[] = {{3, 0, 8192}, {1, 1, 12288}, {3, 0, 32768},
+                                           {1, 0, 5120}, {0, 1, 65536}, {0, 0, 131072}};
+    for (s = 0; s < 6; s++) {
       tcase c = tcase_default(norms[ring_rows[s].norm], combos[ring_rows[s].combo].dtype,
                               combos[ring_rows[s].combo].param_dtype,
                               ((int64_t)1 << 24) / ring_rows[s].cols, ring_rows[s].cols);

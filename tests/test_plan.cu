@@ -288,9 +288,16 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(is_pow2(pl.cluster) && pl.cluster <= 16, "backward ring: 1 to 16 CTAs a row");
     require(pl.chunk * pl.cluster >= nvec && pl.chunk * (pl.cluster - 1) < nvec,
             "backward ring: every CTA gets part of the row");
-    require(pl.vpt == (pl.variant ? ring_resident_vpt(vec) : kRingVpt) &&
+    require((pl.variant
+                 ? pl.vpt == ring_resident_vpt(vec)
+                 : pl.vpt == kRingVpt || (pl.vpt == kRingVptWide && p.dtype == FNORM_DTYPE_F32 &&
+                                          !from_y && (kTuningBuild || nvec > 8192))) &&
                 (int64_t)pl.threads * pl.vpt >= pl.chunk,
-            "backward ring: the chunk held by the threads");
+            "backward ring: the chunk held by the threads (four vectors only fp32 from x past "
+            "8192)");
+    require(pl.vpt != kRingVptWide || pl.variant || (!pl.rms_form && !pl.param_smem),
+            "backward ring: four vectors a thread only in the general form from x (the one "
+            "built)");
     require(pl.threads >= 32 && pl.threads <= 512 && pl.threads % 32 == 0,
             "backward ring: 32 to 512 threads, whole warps");
     require(kTuningBuild || !pl.variant ||
@@ -464,9 +471,25 @@ void check_choices() {
            plan_backward(&q, 8, h200.info, false).fin_cols == (i == 0 ? 16 : 32),
            i == 0 ? "a finalize of 16 columns a block" : "a finalize of 32 columns a block");
   }
+  /* fp32 rows past 8192 vectors from x: four vectors a thread, 512 threads, so 65536 takes a
+   * cluster of 8 and rows of up to 131072 stay in the ring; 32768 and rows from y keep two. */
+  const int64_t wcols[] = {32768, 65536, 131072};
+  for (int i = 0; i < 3; ++i)
+    for (int nm = 0; nm < 2; ++nm) {
+      const fnorm_norm norm = nm ? RMS : LN;
+      const int64_t rows = grid_rows(wcols[i]);
+      fnorm_problem p = problem(F32, norm, rows, wcols[i]);
+      const Plan pl = plan_backward(&p, 4, h200.info, false);
+      const bool wide = wcols[i] > 32768;
+      expect(h200, F32, norm, rows, wcols[i], true,
+             pl.tier == TIER_RING && pl.vpt == (wide ? kRingVptWide : kRingVpt) &&
+                 pl.threads == 512 && pl.cluster == (wcols[i] == 131072 ? 16 : 8),
+             wide ? "the ring, four vectors a thread" : "the ring, two vectors a thread");
+      expect(h200, F32, norm, rows, wcols[i], true,
+             plan_backward(&p, 4, h200.info, true).vpt != kRingVptWide,
+             "from y: not four vectors a thread");
+    }
   fnorm_problem p = problem(F32, LN, 2048, 65536);
-  expect(h200, F32, LN, 2048, 65536, true, plan_backward(&p, 4, h200.info, false).tier == TIER_RING,
-         "the ring");
   /* Forward warp tier: one-warp CTAs, not persistent, for fp32 rows and 16-bit rows of a
    * warp (sweep 34); the rest persistent, staged with rows enough, gamma/beta from shared
    * memory on staged 16-bit LayerNorm rows (sweep 29), not on RMSNorm rows or few rows. */

@@ -1116,6 +1116,13 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
           plan.param_smem ? bwd_ring_from<T, P, VEC, kRingVpt, true, false>(a.from_y, rms)
                           : bwd_ring_from<T, P, VEC, kRingVpt, false, false>(a.from_y, rms);
       int vpt = kRingVpt;
+      if constexpr (sizeof(T) == 4) /* fp32 rows past 8192 vectors, from x (plan_backward) */
+        if (plan.vpt == kRingVptWide && !plan.variant) {
+          vpt = kRingVptWide;
+          k = a.from_y || plan.param_smem || rms
+                  ? nullptr
+                  : bwd_ring_kernel<T, P, VEC, kRingVptWide, false, false, 0>;
+        }
       if (plan.variant) { /* RESIDENT: planned on 16-bit rows (plan_backward) */
         constexpr int RV = ring_resident_vpt(VEC);
         k = nullptr;

@@ -126,6 +126,11 @@ constexpr int bwd_reg_vpt(int vec) {
  * measured best on an H200 (bench/tune/), against one (too little work a row for its barrier)
  * and four (16-bit accumulators spill). */
 constexpr int kRingVpt = 2;
+/* ... and for fp32 rows past 16 CTAs of 512 threads of kRingVpt (N > 32768), from x: 4 vectors,
+ * 16 elements a thread as on 16-bit rows, so that a row takes a cluster of 8 CTAs, not 16 (an
+ * H200 has room for only 7 clusters of 16 CTAs at one CTA an SM: 112 of its 132 SMs), and rows
+ * of up to 131072 elements stay in the ring. */
+constexpr int kRingVptWide = 4;
 /* ... and in its RESIDENT form, which holds only the dgamma/dbeta accumulators:
  * 32 elements. */
 constexpr int ring_resident_vpt(int vec) {

@@ -161,6 +161,9 @@ struct Tuning {
                                from x with 16-bit gamma: vectors a CTA at most (320: a cluster
                                of 2 CTAs of 160 threads, 3 an SM, not one CTA of 320 threads) */
   int bwd_stages_1k;        /* ... and its rows of 641-1024 vectors: stages (3) */
+  int bwd_ring_vpt4;        /* backward ring (sm_90), fp32 rows of more than 8192 vectors from
+                               x: 1 four vectors a thread (kRingVptWide), 0 two (kRingVpt);
+                               2 (tuning builds) from 2049 vectors */
 };
 
 #ifdef FNORM_TUNING
@@ -173,7 +176,7 @@ int tune_knob(const char *name, int fallback) {
 Tuning tuning() {
   Tuning t = {1, 2,  3,  512, 1024, 512, 16, 8, 9, 11, 1,   1, 1, 4096, 1, 0,
               1, 32, 16, 1,   4,    1,   1,  1, 0, 4,  1,   0, 0, 2,    0, 1,
-              1, 1,  1,  128, 1,    1,   1,  1, 4, 1,  512, 1, 1, 320,  3};
+              1, 1,  1,  128, 1,    1,   1,  1, 4, 1,  512, 1, 1, 320,  3, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -222,6 +225,7 @@ Tuning tuning() {
   t.bwd_ring_more = tune_knob("FNORM_TUNE_BWD_RING_MORE", t.bwd_ring_more);
   t.bwd_cap_640 = tune_knob("FNORM_TUNE_BWD_CAP640", t.bwd_cap_640);
   t.bwd_stages_1k = tune_knob("FNORM_TUNE_BWD_STAGES1K", t.bwd_stages_1k);
+  t.bwd_ring_vpt4 = tune_knob("FNORM_TUNE_BWD_RING_VPT4", t.bwd_ring_vpt4);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -233,16 +237,17 @@ Tuning tuning() {
   return t;
 }
 
-/* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (dy and x):
- * the smallest power-of-two cluster whose chunks hold at most `cap` vectors, or if that takes more
- * than 16 CTAs, up to kRingVpt vectors for each of 512 threads. False when no shape fits (more than
- * 16 CTAs a row, or fewer than two stages). */
+/* The ring tier's shape for rows of nvec 16-byte vectors, `arrays` of them a stage (dy and x),
+ * `vpt` vectors a thread (kRingVpt or kRingVptWide): the smallest power-of-two cluster whose
+ * chunks hold at most `cap` vectors, or if that takes more than 16 CTAs, up to vpt vectors for
+ * each of max_threads threads. False when no shape fits (more than 16 CTAs a row, or fewer than
+ * two stages). */
 bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int stages,
-               int max_threads, int64_t cap, const DeviceInfo &dev) {
+               int max_threads, int64_t cap, int vpt, const DeviceInfo &dev) {
   if (dev.cc_major < 9 || stages < 2 || max_threads < 32 || cap < 1 || nvec < 1)
     return false;
   const int64_t stage_per_vec = 16 * (int64_t)arrays;
-  const int64_t most = (int64_t)kRingVpt * min64(max_threads, kMaxThreads);
+  const int64_t most = (int64_t)vpt * min64(max_threads, kMaxThreads);
   auto fits = [&](int64_t chunk, int64_t limit) {
     return chunk <= limit && chunk <= most && 2 * chunk * stage_per_vec <= dev.max_smem_optin;
   };
@@ -262,7 +267,7 @@ bool plan_ring(Plan &pl, const fnorm_problem *p, int64_t nvec, int arrays, int s
   pl.tier = TIER_RING;
   pl.cluster = c;
   pl.chunk = ceil_div(nvec, c);
-  pl.vpt = kRingVpt;
+  pl.vpt = vpt;
   pl.threads = (int)max64(32, round_up(ceil_div(pl.chunk, pl.vpt), 32));
   const int64_t stage = pl.chunk * stage_per_vec;
   pl.nbuf = (int)min64(min64(stages, kRingMaxStages), dev.max_smem_optin / stage);
@@ -776,11 +781,18 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   const int64_t ring_cap = nvec > 2048 && nvec <= 4096         ? tn.cap_4k
                            : ln16 && nvec > 512 && nvec <= 640 ? tn.bwd_cap_640
                                                                : tn.cap;
+  /* fp32 rows of more than 8192 vectors (N > 32768) from x: four vectors a thread, chunks twice
+   * as long (kRingVptWide: a cluster of 8 CTAs of 512 threads at N = 65536, not 16). */
+  const bool wide_vpt = !from_y && dtype_bytes(p->dtype) == 4 &&
+                        ((tn.bwd_ring_vpt4 == 1 && nvec > 8192) ||
+                         (kTuningBuild && tn.bwd_ring_vpt4 == 2 && nvec > 2048));
+  const int ring_vpt = wide_vpt ? kRingVptWide : kRingVpt;
   if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
       (!warp_fits || ring_first || (tn.ring >= 2 && nvec >= 32)) &&
       ((resident_first &&
         plan_ring_resident(pl, vec, nvec, tn.stages, tn.bwd_resident_threads, dev)) ||
-       plan_ring(pl, p, nvec, 2, ring_stages, tn.threads, ring_cap, dev) ||
+       plan_ring(pl, p, nvec, 2, ring_stages, tn.threads, ring_cap * ring_vpt / kRingVpt, ring_vpt,
+                 dev) ||
        (!warp_fits && resident_rows &&
         plan_ring_resident(pl, vec, nvec, tn.stages, kMaxThreads, dev)))) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
@@ -853,7 +865,9 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
       (pl.tier == TIER_RING && !is16) || (is16 && p->rows >= 16384 &&
                                           ((pl.tier == TIER_WARP && pl.group == 256) ||
                                            (pl.tier == TIER_RING && !pl.variant && pl.nbuf == 3)));
-  pl.rms_form = p->norm == FNORM_RMSNORM && !from_y && rms_kernels &&
+  /* (the ring at four vectors a thread is built in its general form only) */
+  const bool rms_built = !(pl.tier == TIER_RING && pl.vpt == kRingVptWide);
+  pl.rms_form = p->norm == FNORM_RMSNORM && !from_y && rms_kernels && rms_built &&
                 (tn.bwd_rms == 2 || (tn.bwd_rms == 1 && !rms_slower));
   /* The finalize's columns a block. ncu4: 32 CTAs of 32 columns took as long as the backward
    * at N = 1024, M = 4096. Sweep 32 (H200, M = 4096 under graph replay): 16 columns +1.4 to
