@@ -205,12 +205,35 @@ template <typename T, int VEC> __device__ __forceinline__ void load_vec(const T 
   unpack_f32<T, VEC>(pk, out);
 }
 
-template <typename T, int VEC> __device__ __forceinline__ void store_vec(T *p, const float *in) {
+/* VEC values converted to T and stored at p (aligned to the pack). ONE_STORE: a 16-byte pack goes
+ * out as one st.global.v4. Written as a copy of the Pack, the compiler split the stores of some
+ * kernels' vectors into 16- and 32-bit stores (ptxas merged them into four 32-bit STGs a vector:
+ * four times the store instructions and L2 write requests): fwd_reg_kernel's (half its vectors),
+ * the clustered fwd_lean_kernel's and its 32-element RMSNorm form's, fwd_stream_kernel's,
+ * fwd_row_kernel's, and one vector in eight of fwd_rows_kernel's at 8 rows a CTA. A/B run BC
+ * (H200, release builds, 2^27 elements) built every kernel with ONE_STORE against the copy: 16-bit
+ * RMSNorm 65536-262144 +2 to +4 points, 16-bit rows with fp32 gamma 32768-262144 +3 to +10, fp32
+ * 64 x 802816 +1 to +2.6; but in kernels whose stores were whole already the asm form moved the
+ * schedule and lost up to 25 points (fwd_reg_kernel's fp32 RMSNorm 262144, fwd_cta_reread_kernel's
+ * fp32 rows -4 to -5, fwd_cta_kernel's 16-bit LayerNorm -1.2, fwd_warp_kernel's fp16 LayerNorm
+ * 4096 x 1024 under graph replay -4.6). So only the forms run BC and run BD measured level or
+ * faster take it (fwd_reg_kernel on 16-bit rows, fwd_lean_kernel's named forms,
+ * fwd_stream_kernel); fwd_row_kernel and the rows form, not measured, keep the copy. */
+template <typename T, int VEC, bool ONE_STORE = false>
+__device__ __forceinline__ void store_vec(T *p, const float *in) {
   Pack<T, VEC> pk;
 #pragma unroll
   for (int e = 0; e < VEC; ++e)
     pk.v[e] = from_f32<T>(in[e]);
-  *reinterpret_cast<Pack<T, VEC> *>(p) = pk;
+  if constexpr (ONE_STORE && sizeof(Pack<T, VEC>) == 16) {
+    uint32_t w[4];
+    memcpy(w, &pk, 16);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+  } else {
+    *reinterpret_cast<Pack<T, VEC> *>(p) = pk;
+  }
 }
 
 /* A parameter vector (gamma or beta); NULL reads as `fill`. */
