@@ -295,7 +295,8 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
                 (int64_t)pl.threads * pl.vpt >= pl.chunk,
             "backward ring: the chunk held by the threads (four vectors only fp32 from x past "
             "8192)");
-    require(pl.vpt != kRingVptWide || pl.variant || (!pl.rms_form && !pl.param_smem),
+    require(pl.vpt != kRingVptWide || pl.variant || p.dtype != FNORM_DTYPE_F32 ||
+                (!pl.rms_form && !pl.param_smem),
             "backward ring: four vectors a thread only in the general form from x (the one "
             "built)");
     require(pl.threads >= 32 && pl.threads <= 512 && pl.threads % 32 == 0,
@@ -485,9 +486,10 @@ void check_choices() {
              pl.tier == TIER_RING && pl.vpt == (wide ? kRingVptWide : kRingVpt) &&
                  pl.threads == 512 && pl.cluster == (wcols[i] == 131072 ? 16 : 8),
              wide ? "the ring, four vectors a thread" : "the ring, two vectors a thread");
+      const Plan py = plan_backward(&p, 4, h200.info, true);
       expect(h200, F32, norm, rows, wcols[i], true,
-             plan_backward(&p, 4, h200.info, true).vpt != kRingVptWide,
-             "from y: not four vectors a thread");
+             !(py.tier == TIER_RING && py.vpt == kRingVptWide),
+             "from y: not the ring at four vectors a thread");
     }
   fnorm_problem p = problem(F32, LN, 2048, 65536);
   /* Forward warp tier: one-warp CTAs, not persistent, for fp32 rows and 16-bit rows of a
