@@ -151,12 +151,13 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                                           pl.chunk * pl.cluster == nvec),
               "forward lean form over a cluster: LayerNorm rows only in its FULL form");
       require(pl.grid < 0 && -pl.grid <= p.rows, "forward lean form over a cluster: persistent");
-      require(kTuningBuild ||
-                  (p.dtype != FNORM_DTYPE_F32 &&
-                   (p.param_dtype != FNORM_DTYPE_F32 || p.norm == FNORM_LAYERNORM) &&
-                   pl.vpt * vec == 32 && p.cols > 32768 && (p.cols < 65536 || p.cols >= 262144)),
-              "forward lean form over a cluster: 16-bit rows (RMSNorm: with 16-bit gamma) of "
-              "32769-65535 and from 262144 on (sweeps 59-60), 32 elements a thread");
+      require(kTuningBuild || (p.dtype != FNORM_DTYPE_F32 &&
+                               (p.param_dtype != FNORM_DTYPE_F32 || p.norm == FNORM_LAYERNORM) &&
+                               pl.vpt * vec == 32 && p.cols > 32768 &&
+                               (p.norm == FNORM_LAYERNORM || p.cols < 65536 || p.cols >= 262144)),
+              "forward lean form over a cluster: 16-bit LayerNorm rows past 32768 (sweeps 59-60 "
+              "and 68), 16-bit RMSNorm rows with 16-bit gamma of 32769-65535 and from 262144 on, "
+              "32 elements a thread");
       break;
     }
     require(pl.cluster == 1, "forward CTA-per-row kernel: no cluster");
@@ -546,7 +547,8 @@ void check_choices() {
    * (sweep 52), LayerNorm's at 4096 and past 8192 (A/B run AL1, sweep 61), not at 8192; past
    * 32768 on the register kernel. With 4096 rows of 4096, RMSNorm's and LayerNorm's not lean;
    * fp32 RMSNorm lean at 16384, not at 8192 (read again for y) or 32768; fp32 LayerNorm lean at
-   * 8192-16384 (sweep 61), not at 32768. */
+   * 8192-16384 (sweep 61), not at 32768. At 65536 RMSNorm on the register kernel, LayerNorm on
+   * the lean form over a cluster (sweep 68). */
   const int64_t ccols[] = {4096, 8192, 16384, 20480, 24576, 32768, 65536};
   for (int i = 0; i < 7; ++i)
     for (int nm = 0; nm < 2; ++nm) {
@@ -554,18 +556,21 @@ void check_choices() {
       const int64_t rows = grid_rows(ccols[i]);
       p = problem(BF16, norm, rows, ccols[i]);
       const Plan pl = plan_forward(&p, 8, h200.info);
-      const bool reg = ccols[i] > 32768,
+      const bool lcl = norm == LN && ccols[i] > 32768, reg = norm == RMS && ccols[i] > 32768,
                  lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192);
       expect(h200, BF16, norm, rows, ccols[i], false,
-             pl.mode == (reg ? MODE_REG : MODE_CTA) && !!pl.variant == lean,
+             pl.mode == (reg ? MODE_REG : MODE_CTA) && !!pl.variant == lean &&
+                 (pl.mode == MODE_CTA && pl.cluster > 1) == lcl,
              reg    ? "the register kernel"
+             : lcl  ? "the lean form over a cluster"
              : lean ? "the CTA-per-row kernel's lean form"
                     : "the CTA-per-row kernel");
       p.rows = 4096;
       expect(h200, BF16, norm, 4096, ccols[i], false,
              !!plan_forward(&p, 8, h200.info).variant ==
                  (!reg && ((norm == RMS && ccols[i] > 4096) || ccols[i] > 8192)),
-             "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of 8193-32768");
+             "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of 8193-32768 "
+             "and (over a cluster) past 32768");
     }
   {
     const int64_t fcols[] = {8192, 16384, 32768};
@@ -604,7 +609,9 @@ void check_choices() {
            "16-bit LayerNorm: not the lean form past 8192 on rows it does not fill exactly");
   }
   /* Forward register kernel: fp32 LayerNorm's statistics behind one barrier in CTAs of more
-   * than 256 threads (sweeps 41-42), not in smaller ones (64 rows of 65536), not 16-bit. */
+   * than 256 threads (sweeps 41-42), not in smaller ones (64 rows of 65536), not 16-bit (16-bit
+   * LayerNorm rows of 65536 with fp32 gamma: 16-bit LayerNorm rows take the register kernel only
+   * where the lean form over a cluster does not fill its threads). */
   {
     p = problem(F32, LN, 2048, 65536);
     Plan pl = plan_forward(&p, 4, h200.info);
@@ -618,9 +625,9 @@ void check_choices() {
     pl = plan_forward(&p, 4, h200.info);
     expect(h200, F32, LN, 64, 65536, false, pl.mode == MODE_REG && pl.variant == 0,
            "two barriers' statistics");
-    p = problem(BF16, LN, 2048, 65536);
+    p = problem(BF16, LN, 2048, 65536 + 8);
     pl = plan_forward(&p, 8, h200.info);
-    expect(h200, BF16, LN, 2048, 65536, false, pl.mode == MODE_REG && pl.variant == 0,
+    expect(h200, BF16, LN, 2048, 65536 + 8, false, pl.mode == MODE_REG && pl.variant == 0,
            "two barriers' statistics");
   }
   /* Backward: 16-bit rows past the register ring, from x, 1.5 rows an SM or more: the ring's

@@ -560,8 +560,9 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       return pl;
     }
   }
-  /* Rows longer than one CTA of the lean form holds (16-bit rows of 32769-65535 and
-   * 262144-524288 elements; RMSNorm's with 16-bit gamma): the lean form over a cluster of up to 16
+  /* Rows longer than one CTA of the lean form holds (16-bit LayerNorm rows of 32769-524288
+   * elements, 16-bit RMSNorm rows with 16-bit gamma of 32769-65535 and 262144-524288): the lean
+   * form over a cluster of up to 16
    * (sm_90), each CTA an even chunk of at most 512 threads, 32 elements a thread (fp32
    * LayerNorm: 16, the most its statistics hold), persistent (as many clusters as are resident,
    * each looping over rows); LayerNorm only where every CTA's chunk is its threads' vectors
@@ -575,10 +576,16 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * persistent, sweep 59a). With fp32 gamma (sweep 60, tuning build, bf16): LayerNorm 40960
    * 51% -> 66%, 49152 55% -> 64%, 262144 55% -> 60%, 393216-524288 31-37% -> 48-53%; RMSNorm
    * lost 17-20 points up to 262144 (it keeps its kernels). No release A/B run measured the
-   * fp32-gamma rule yet. */
+   * fp32-gamma rule yet. Since the clustered form stores y by one 16-byte store a vector
+   * (store_vec, run BD), 16-bit LayerNorm rows of 65536-262143 take it too: sweep 68 (H200,
+   * tuning build, 2^27 elements, against the register kernel) 65536 bf16 76.1% -> 77.7-78.7%,
+   * fp16 77.6% -> 80.4-80.6%, 131072 +0.2 to +1.5, with fp32 gamma 65536 63.3% -> 73.5% and
+   * 131072 62.7% -> 68.3%; RMSNorm there lost 0.6-1 (16-bit gamma) and 24-30 (fp32 gamma) and
+   * keeps the register kernel. */
+  const bool lean_cl_ln = !rms && p->cols > 32768;
+  const bool lean_cl_rms = rms && p16 && p->cols > 32768 && (p->cols < 65536 || p->cols >= 262144);
   const bool lean_cl_rows = vbytes == 16 && dev.cc_major >= 9 &&
-                            ((tn.fwd_lean_cl == 1 && is16 && (p16 || !rms) && p->cols > 32768 &&
-                              (p->cols < 65536 || p->cols >= 262144)) ||
+                            ((tn.fwd_lean_cl == 1 && is16 && (lean_cl_ln || lean_cl_rms)) ||
                              (kTuningBuild && tn.fwd_lean_cl >= 2));
   if (lean_cl_rows) {
     const int64_t vpt = !rms && !is16 ? 4 : 32 / vec;
