@@ -872,8 +872,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
       (pl.tier == TIER_RING && !is16) || (is16 && p->rows >= 16384 &&
                                           ((pl.tier == TIER_WARP && pl.group == 256) ||
                                            (pl.tier == TIER_RING && !pl.variant && pl.nbuf == 3)));
-  /* (the fp32 ring at four vectors a thread is built in its general form only) */
-  const bool rms_built = !(pl.tier == TIER_RING && !pl.variant && !is16 && pl.vpt == kRingVptWide);
+  /* (the fp32 ring at four vectors a thread, wide_vpt, is built in its general form only) */
+  const bool rms_built = !(pl.tier == TIER_RING && !pl.variant && wide_vpt);
   pl.rms_form = p->norm == FNORM_RMSNORM && !from_y && rms_kernels && rms_built &&
                 (tn.bwd_rms == 2 || (tn.bwd_rms == 1 && !rms_slower));
   /* The finalize's columns a block. ncu4: 32 CTAs of 32 columns took as long as the backward
