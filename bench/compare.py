@@ -680,7 +680,11 @@ def parse_args(argv):
     )
     p.add_argument("--ops", default="ln,rms", help="comma list of ln, rms (default both)")
     p.add_argument("--dtypes", default="bf16,fp16,fp32", help="comma list of bf16, fp16, fp32")
-    p.add_argument("--n", default=None, help="comma list of N (M = 2^27 / N); disables extras")
+    p.add_argument(
+        "--n",
+        default=None,
+        help="comma list of N (M = 2^27 // N, as in the grid); disables extras",
+    )
     p.add_argument(
         "--libs", default=",".join(LIBRARIES), help="comma list of " + ", ".join(LIBRARIES)
     )
@@ -729,9 +733,9 @@ def parse_args(argv):
         args.libs.insert(0, "fusednorm")  # the others are compared with it
     if args.n:
         args.n = [int(v) for v in args.n.split(",")]
-        bad = [v for v in args.n if v <= 0 or args.total % v]
+        bad = [v for v in args.n if v <= 0 or v > args.total]
         if bad:
-            p.error(f"--n: {bad} do not divide {args.total}")
+            p.error(f"--n: {bad} not in 1..{args.total}")
         args.no_extra = not args.extra
     else:
         args.n = QUICK_N if args.quick else GRID_N

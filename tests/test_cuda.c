@@ -331,15 +331,19 @@ static void cuda_sizes(void) {
       gpu_forward_case("cuda", &c);
     }
   }
-  /* The forward's rows form (fwd_rows_kernel, sweep 63): 16-byte rows of 32, 64 or 128 vectors
-   * with 256 rows an SM and 2^25 elements or more, several a one-warp CTA: more than 256 x 160
-   * SMs rows and 2^25 elements, so that the case list is the same on every GPU, and one row more,
-   * so that the last CTA's rows run past the last row; the first two also strided without
-   * gamma/beta, bf16 LayerNorm 512 also in place. Under --quick the first alone. */
+  /* The forward's rows form (fwd_rows_kernel, sweeps 63, 69, 70): 16-byte rows of 32, 64, 96,
+   * 128 or 256 vectors over a warp (fp32 also 192), 16-bit rows of 32 or 48 over half a warp, with
+   * 256 rows an SM and 2^25 elements or more, several a one-warp CTA: more than 256 x 160 SMs rows
+   * and 2^25 elements, so that the case list is the same on every GPU, and one row more, so that
+   * the last CTA's rows run past the last row (at half a warp a row, the second half's rows all
+   * past it); the first two also strided without gamma/beta, bf16 LayerNorm 512 also in place.
+   * Under --quick the first alone. */
   {
-    static const case_shape rows_form[] = {{3, 0, 256}, {1, 1, 256},  {0, 0, 128},  {3, 1, 512},
-                                           {0, 1, 256}, {1, 0, 1024}, {3, 0, 1024}, {0, 0, 512}};
-    for (s = 0; s < 8; s++) {
+    static const case_shape rows_form[] = {
+        {3, 0, 256},  {1, 1, 384},  {0, 0, 128},  {3, 1, 512},  {0, 1, 256}, {1, 0, 1024},
+        {3, 0, 1024}, {0, 0, 512},  {1, 1, 256},  {3, 0, 384},  {3, 1, 768}, {1, 0, 768},
+        {0, 0, 384},  {0, 1, 1024}, {1, 0, 2048}, {3, 1, 2048}, {0, 1, 768}, {0, 0, 768}};
+    for (s = 0; s < (int)(sizeof rows_form / sizeof rows_form[0]); s++) {
       const int64_t cols = rows_form[s].cols;
       const int64_t rows =
           ((int64_t)1 << 25) / cols > 256 * 160 ? ((int64_t)1 << 25) / cols + 1 : 256 * 160 + 1;

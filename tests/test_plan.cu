@@ -76,26 +76,36 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
           "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads");
   if (pl.tier == TIER_WARP && pl.variant) {
-    /* fwd_rows_kernel (sweep 63) */
-    require(wide && nvec % 32 == 0 && pl.group == 32 && pl.vpt * 32 == nvec &&
-                (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4 ||
-                 (kTuningBuild && (pl.vpt == 3 || pl.vpt == 8))),
-            "forward rows form: 16-byte rows of 32, 64 or 128 vectors, each over a warp");
-    require(pl.threads == 32 && !pl.staged && !pl.param_smem && pl.grid == cdiv(p.rows, pl.variant),
+    /* fwd_rows_kernel (sweeps 63 and 69) */
+    int lanes = 0, vpl = 0;
+    rows_form_shape(nvec, vec, (int)fnorm_dtype_size(p.dtype), lanes, vpl);
+    require(
+        wide && (pl.group == 32 || pl.group == 16) && pl.vpt * pl.group == nvec &&
+            ((pl.group == lanes && pl.vpt == vpl) ||
+             (kTuningBuild && ((pl.group == 32 && (pl.vpt <= 4 || pl.vpt == 6 || pl.vpt == 8)) ||
+                               (pl.group == 16 && pl.vpt >= 2 && pl.vpt <= 4)))),
+        "forward rows form: the rows rows_form_shape names (tuning builds: rows of 32, 64, "
+        "96, 128, 192, 256 vectors over a warp, of 32, 48, 64 over half a warp)");
+    require(pl.threads == 32 && !pl.staged && !pl.param_smem &&
+                pl.grid == cdiv(p.rows, (int64_t)pl.variant * (32 / pl.group)),
             "forward rows form: one-warp CTAs, not persistent, one a CTA's rows");
-    require(kTuningBuild || (pl.variant == fwd_rows_per_cta(p.norm == FNORM_RMSNORM, pl.vpt) &&
-                             p.param_dtype == p.dtype && p.rows >= 256 * (int64_t)dev.sm_count &&
-                             p.rows * p.cols >= ((int64_t)1 << 25)),
-            "forward rows form: sweep 63's rows a CTA, gamma in the rows' dtype, 256 rows an SM, "
-            "2^25 elements");
+    require(
+        kTuningBuild ||
+            (pl.variant == fwd_rows_per_cta(p.norm == FNORM_RMSNORM, pl.group, pl.vpt) &&
+             p.param_dtype == p.dtype && p.rows >= 256 * (int64_t)dev.sm_count &&
+             p.rows * p.cols >= ((int64_t)1 << 25)),
+        "forward rows form: sweeps 63/69's rows a CTA, gamma in the rows' dtype, 256 rows an SM, "
+        "2^25 elements");
     return;
   }
   if (pl.tier == TIER_WARP) {
-    require(kTuningBuild || !(wide && nvec % 32 == 0 && nvec / 32 <= 4 && nvec / 32 != 3 &&
-                              p.param_dtype == p.dtype && p.rows >= 256 * (int64_t)dev.sm_count &&
-                              p.rows * p.cols >= ((int64_t)1 << 25)),
-            "forward warp tier: rows of 32, 64 or 128 16-byte vectors with 256 rows an SM take "
-            "the rows form");
+    int rows_lanes = 0, rows_vpl = 0;
+    rows_form_shape(nvec, vec, (int)fnorm_dtype_size(p.dtype), rows_lanes, rows_vpl);
+    require(kTuningBuild ||
+                !(rows_lanes && p.param_dtype == p.dtype && p.rows >= 256 * (int64_t)dev.sm_count &&
+                  p.rows * p.cols >= ((int64_t)1 << 25)),
+            "forward warp tier: the rows rows_form_shape names, with 256 rows an SM, take the "
+            "rows form");
     require(pl.group == 4 || pl.group == 8 || pl.group == 16 || pl.group == 32,
             "forward warp tier: 4 to 32 lanes a row");
     require(pl.vpt == 3 || pl.vpt == 4 || pl.vpt == 8, "forward warp tier: 3, 4 or 8 vectors");
@@ -493,41 +503,48 @@ void check_choices() {
              "from y: not the ring at four vectors a thread");
     }
   fnorm_problem p = problem(F32, LN, 2048, 65536);
-  /* Forward warp tier: one-warp CTAs, not persistent, for fp32 rows and 16-bit rows of a
-   * warp (sweep 34); the rest persistent, staged with rows enough, gamma/beta from shared
-   * memory on staged 16-bit LayerNorm rows (sweep 29), not on RMSNorm rows or few rows. */
-  const int64_t fcols[] = {256, 512, 1024, 2048};
-  for (int i = 0; i < 4; ++i)
-    for (int dt = 0; dt < 2; ++dt)
-      for (int nm = 0; nm < 2; ++nm) {
-        const fnorm_dtype dtype = dt ? BF16 : F32;
-        const fnorm_norm norm = nm ? RMS : LN;
-        const int vec = dt ? 8 : 4;
-        const int64_t rows = grid_rows(fcols[i]);
-        p = problem(dtype, norm, rows, fcols[i]);
-        const Plan pl = plan_forward(&p, vec, h200.info);
-        if (dtype == F32 && fcols[i] == 2048)
-          continue; /* the CTA-per-row kernel */
-        const bool one_warp = dtype == F32 || fcols[i] >= 1024;
-        const int vpl = (int)(fcols[i] / vec / 32);
-        const bool rows_form = vpl == 1 || vpl == 2 || vpl == 4;
-        expect(h200, dtype, norm, rows, fcols[i], false,
-               pl.tier == TIER_WARP && pl.threads == (one_warp || rows_form ? 32 : 256) &&
-                   pl.variant == (rows_form ? fwd_rows_per_cta(norm == RMS, vpl) : 0),
-               rows_form  ? "the rows form (sweep 63)"
-               : one_warp ? "one-warp CTAs"
-                          : "persistent 256-thread CTAs");
-        const bool want = !one_warp && !rows_form && norm == LN;
-        expect(h200, dtype, norm, rows, fcols[i], false, pl.param_smem == want,
-               want ? "gamma/beta from shared memory" : "gamma/beta from global memory");
-        p = problem(dtype, norm, 4096, fcols[i]);
-        expect(h200, dtype, norm, 4096, fcols[i], false,
-               !plan_forward(&p, vec, h200.info).param_smem, "gamma/beta from global memory");
-        expect(h200, dtype, norm, 4096, fcols[i], false,
-               plan_forward(&p, vec, h200.info).threads == 256, "persistent 256-thread CTAs");
-      }
+  /* Forward warp tier with 2^27 elements: the rows form (sweeps 63, 69 and 70) on 16-byte rows
+   * of 32, 64, 96, 128 and 256 vectors over a warp, fp32 rows of 192 too, 16-bit rows of 32 and
+   * 48 over half a warp, at the rows a CTA below (fp32 2048: the CTA-per-row kernel; 16-bit
+   * 1536, 192 vectors, one-warp CTAs). With 4096
+   * rows: persistent 256-thread CTAs, gamma/beta from global memory. */
+  struct {
+    int64_t cols;
+    bool bf16;
+    int lanes, vpl, rows_ln, rows_rms; /* lanes 0: not the rows form */
+  } const fshape[] = {
+      {256, false, 32, 2, 2, 4}, {384, false, 32, 3, 2, 2},  {512, false, 32, 4, 2, 2},
+      {768, false, 32, 6, 1, 1}, {1024, false, 32, 8, 1, 1}, {256, true, 16, 2, 4, 4},
+      {384, true, 16, 3, 4, 4},  {512, true, 32, 2, 2, 4},   {768, true, 32, 3, 2, 2},
+      {1024, true, 32, 4, 2, 2}, {2048, true, 32, 8, 1, 1},  {1536, true, 0, 0, 0, 0}};
+  for (const auto &f : fshape)
+    for (int nm = 0; nm < 2; ++nm) {
+      const fnorm_dtype dtype = f.bf16 ? BF16 : F32;
+      const fnorm_norm norm = nm ? RMS : LN;
+      const int vec = f.bf16 ? 8 : 4;
+      const int64_t rows = grid_rows(f.cols);
+      p = problem(dtype, norm, rows, f.cols);
+      const Plan pl = plan_forward(&p, vec, h200.info);
+      if (f.lanes)
+        expect(h200, dtype, norm, rows, f.cols, false,
+               pl.tier == TIER_WARP && pl.threads == 32 && pl.group == f.lanes && pl.vpt == f.vpl &&
+                   pl.variant == (nm ? f.rows_rms : f.rows_ln),
+               f.lanes == 16 ? "the rows form over half a warp (sweep 69)"
+                             : "the rows form over a warp (sweeps 63 and 69)");
+      else
+        expect(h200, dtype, norm, rows, f.cols, false,
+               pl.tier == TIER_WARP && pl.threads == 32 && pl.variant == 0,
+               "one-warp CTAs (not measured in the rows form)");
+      expect(h200, dtype, norm, rows, f.cols, false, !pl.param_smem,
+             "gamma/beta from global memory");
+      p = problem(dtype, norm, 4096, f.cols);
+      expect(h200, dtype, norm, 4096, f.cols, false, !plan_forward(&p, vec, h200.info).param_smem,
+             "gamma/beta from global memory");
+      expect(h200, dtype, norm, 4096, f.cols, false,
+             plan_forward(&p, vec, h200.info).threads == 256, "persistent 256-thread CTAs");
+    }
   /* Forward warp tier's persistent grid: 48 CTAs an SM, 32 for LayerNorm rows of 64 vectors
-   * (sweeps 41-42); rows of 256 and 512 with fp32 gamma (with bf16 gamma they take the rows
+   * (sweeps 41-42); rows of 256-512 with fp32 gamma (with bf16 gamma they take the rows
    * form). */
   const int64_t gcols[] = {64, 256, 384, 512};
   for (int i = 0; i < 4; ++i)
@@ -535,7 +552,7 @@ void check_choices() {
       const fnorm_norm norm = nm ? RMS : LN;
       const int64_t rows = grid_rows(gcols[i]);
       p = problem(BF16, norm, rows, gcols[i]);
-      if (gcols[i] % 256 == 0)
+      if (gcols[i] >= 256)
         p.param_dtype = FNORM_DTYPE_F32;
       const int cap = norm == LN && gcols[i] == 512 ? 32 : 48;
       const Plan pl = plan_forward(&p, 8, h200.info);

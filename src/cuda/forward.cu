@@ -233,32 +233,42 @@ template <int N, bool SQUARES> __device__ __forceinline__ float sum4(const float
 }
 
 /* torch.compile's shape for short rows (ncu13): one-warp CTAs, not persistent, each taking R
- * rows at a time, each row over all 32 lanes at VPL 16-byte vectors a lane, every row's loads
- * issued first, x and y without cache hints; rows of exactly 32 * VPL vectors (FULL). Rows past
- * the last load the last row and store nothing. Planned on 16-byte rows of 32, 64 and 128
- * vectors with 256 rows an SM and 2^25 elements or more, R = fwd_rows_per_cta. A/B run AS (H200,
- * release builds alternated, 2^27 elements, against the warp tier's staged persistent kernel
- * and its one-warp CTAs): 16-bit LayerNorm 256 91.8% -> 93.6%, 512 92.3% -> 95.5%, 1024 93.3%
- * -> 96.6%; 16-bit RMSNorm 256-1024 93.9-95.4% -> 97.2-97.5%; fp32 128-512 +2.8 to +5.5
- * points. The staged kernel's rows of 8 or 16 lanes also carry several rows a warp, but issue
- * 26% more instructions (ncu13); within L2 (40960 rows of 256) it stays ahead. */
-template <typename T, typename P, int VEC, int VPL, int R>
+ * rows at a time, each row over all 32 lanes (LANES 16: each half of the warp its own R rows,
+ * each over the half) at VPL 16-byte vectors a lane, every row's loads
+ * issued first, x and y without cache hints; rows of exactly LANES * VPL vectors (FULL). Rows
+ * past the last load the last row and store nothing. Planned on the 16-byte rows
+ * rows_form_shape names with 256 rows an SM and 2^25 elements or more, R = fwd_rows_per_cta.
+ * A/B run AS (H200, release builds alternated, 2^27 elements, against the warp tier's staged
+ * persistent kernel and its one-warp CTAs): 16-bit LayerNorm 256 91.8% -> 93.6%, 512 92.3% ->
+ * 95.5%, 1024 93.3% -> 96.6%; 16-bit RMSNorm 256-1024 93.9-95.4% -> 97.2-97.5%; fp32 128-512
+ * +2.8 to +5.5 points. The staged kernel's rows of 8 or 16 lanes also carry several rows a
+ * warp, but issue 26% more instructions (ncu13); within L2 (40960 rows of 256) it stays ahead.
+ * Sweep 69: 16-bit rows of 384 over half a warp (LANES 16), 3 vectors a lane, +2 to +4 points
+ * over the staged kernel; 16-bit 256 at 2 a lane over half a warp +0.5 to +5 over 1 a lane
+ * over the warp; rows of 96 and 256 vectors at 3 and 8 a lane +1 to +3.5. The warp's loop is
+ * uniform (the shuffles take all 32 lanes): a half past the last row loads the last row and
+ * stores nothing. */
+template <typename T, typename P, int VEC, int VPL, int R, int LANES = 32>
 __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
-  constexpr int EPR = VEC * VPL; /* elements a lane holds of each row */
-  const int lane = threadIdx.x;
+  static_assert(LANES == 16 || LANES == 32, "a row over a half or the whole warp");
+  constexpr int EPR = VEC * VPL;     /* elements a lane holds of each row */
+  constexpr int RW = R * 32 / LANES; /* rows the warp takes at a time */
+  const int lane = threadIdx.x % LANES;
+  const int64_t half_row = (int64_t)(threadIdx.x / LANES) * R;
   const T *x = (const T *)a.x;
   T *y = (T *)a.y;
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
   const float inv_n = count_rcp((float)a.cols);
-  for (int64_t row0 = (int64_t)blockIdx.x * R; row0 < a.rows; row0 += (int64_t)gridDim.x * R) {
+  for (int64_t base = (int64_t)blockIdx.x * RW; base < a.rows; base += (int64_t)gridDim.x * RW) {
+    const int64_t row0 = base + half_row;
     float v[R][EPR];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int64_t row = row0 + r < a.rows ? row0 + r : a.rows - 1;
 #pragma unroll
       for (int k = 0; k < VPL; ++k)
-        load_vec<T, VEC>(x + row * a.x_stride + (int64_t)(k * 32 + lane) * VEC, &v[r][k * VEC]);
+        load_vec<T, VEC>(x + row * a.x_stride + (int64_t)(k * LANES + lane) * VEC, &v[r][k * VEC]);
     }
     float rstd[R], shift[R], mean_out[R];
     if (a.layernorm) {
@@ -266,7 +276,7 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
         s[r] = sum4<EPR, false>(v[r]);
-      group_sum<32, R>(s);
+      group_sum<LANES, R>(s);
       float t[2 * R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -277,7 +287,7 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
         t[2 * r] = sum4<EPR, false>(v[r]);
         t[2 * r + 1] = sum4<EPR, true>(v[r]);
       }
-      group_sum<32, 2 * R>(t);
+      group_sum<LANES, 2 * R>(t);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const LnStats st = ln_stats(s[r] * inv_n, t[2 * r], t[2 * r + 1], inv_n, a.eps);
@@ -290,7 +300,7 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
         s[r] = sum4<EPR, true>(v[r]);
-      group_sum<32, R>(s);
+      group_sum<LANES, R>(s);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         rstd[r] = 1.f / sqrtf(s[r] * inv_n + a.eps);
@@ -304,7 +314,7 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
           store_row_stats(a, row0 + r, mean_out[r], rstd[r]);
 #pragma unroll
     for (int k = 0; k < VPL; ++k) {
-      const int64_t col = (int64_t)(k * 32 + lane) * VEC;
+      const int64_t col = (int64_t)(k * LANES + lane) * VEC;
       float g[VEC], b[VEC];
       load_param<P, VEC>(gamma, col, 1.f, g);
       load_param<P, VEC>(beta, col, 0.f, b);
@@ -1361,47 +1371,64 @@ static void (*fwd_cta_pick(bool ln, int reread, bool full))(FwdParams) {
   return nullptr;
 }
 
-/* fwd_rows_kernel at VPL vectors a lane and R rows a CTA: release builds have the planned VPL
- * (1, 2, 4) and R (fwd_rows_per_cta), tuning builds also VPL 3 and 8 and R 1, 2, 4 and 8
- * (nullptr if none). */
-template <typename T, typename P, int VEC, int VPL, int R>
+/* fwd_rows_kernel at VPL vectors a lane, R rows a CTA (a half-warp's rows at LANES 16):
+ * release builds have the planned shapes (rows_form_shape, fwd_rows_per_cta), tuning builds
+ * also VPL 1, 2, 3, 4, 6, 8 at 32 lanes and 2-4 at 16, R 1, 2, 4 and 8 (nullptr if none). */
+template <typename T, int VEC, int VPL, int LANES> constexpr bool rows_form_planned() {
+  int lanes = 0, vpl = 0;
+  rows_form_shape(LANES * VPL, VEC, (int)sizeof(T), lanes, vpl);
+  return lanes == LANES && vpl == VPL;
+}
+template <typename T, typename P, int VEC, int VPL, int R, int LANES>
 static void (*fwd_rows_one())(FwdParams) {
-  if constexpr (kTuningBuild ||
-                ((VPL == 1 || VPL == 2 || VPL == 4) &&
-                 (R == fwd_rows_per_cta(false, VPL) || R == fwd_rows_per_cta(true, VPL))))
-    return fwd_rows_kernel<T, P, VEC, VPL, R>;
+  if constexpr ((kTuningBuild && (LANES == 32 || (VPL >= 2 && VPL <= 4))) ||
+                (rows_form_planned<T, VEC, VPL, LANES>() &&
+                 (R == fwd_rows_per_cta(false, LANES, VPL) ||
+                  R == fwd_rows_per_cta(true, LANES, VPL))))
+    return fwd_rows_kernel<T, P, VEC, VPL, R, LANES>;
   return nullptr;
 }
-template <typename T, typename P, int VEC, int VPL>
+template <typename T, typename P, int VEC, int VPL, int LANES>
 static void (*fwd_rows_pick_r(int r))(FwdParams) {
   switch (r) {
   case 1:
-    return fwd_rows_one<T, P, VEC, VPL, 1>();
+    return fwd_rows_one<T, P, VEC, VPL, 1, LANES>();
   case 2:
-    return fwd_rows_one<T, P, VEC, VPL, 2>();
+    return fwd_rows_one<T, P, VEC, VPL, 2, LANES>();
   case 4:
-    return fwd_rows_one<T, P, VEC, VPL, 4>();
+    return fwd_rows_one<T, P, VEC, VPL, 4, LANES>();
   case 8:
-    return fwd_rows_one<T, P, VEC, VPL, 8>();
+    return fwd_rows_one<T, P, VEC, VPL, 8, LANES>();
   default:
     return nullptr;
   }
 }
-template <typename T, typename P, int VEC> static void (*fwd_rows_pick(int vpl, int r))(FwdParams) {
+template <typename T, typename P, int VEC, int LANES>
+static void (*fwd_rows_pick_vpl(int vpl, int r))(FwdParams) {
   switch (vpl) {
   case 1:
-    return fwd_rows_pick_r<T, P, VEC, 1>(r);
+    return fwd_rows_pick_r<T, P, VEC, 1, LANES>(r);
   case 2:
-    return fwd_rows_pick_r<T, P, VEC, 2>(r);
+    return fwd_rows_pick_r<T, P, VEC, 2, LANES>(r);
   case 4:
-    return fwd_rows_pick_r<T, P, VEC, 4>(r);
+    return fwd_rows_pick_r<T, P, VEC, 4, LANES>(r);
   case 3:
-    return fwd_rows_pick_r<T, P, VEC, 3>(r);
+    return fwd_rows_pick_r<T, P, VEC, 3, LANES>(r);
+  case 6:
+    return fwd_rows_pick_r<T, P, VEC, 6, LANES>(r);
   case 8:
-    return fwd_rows_pick_r<T, P, VEC, 8>(r);
+    return fwd_rows_pick_r<T, P, VEC, 8, LANES>(r);
   default:
     return nullptr;
   }
+}
+template <typename T, typename P, int VEC>
+static void (*fwd_rows_pick(int lanes, int vpl, int r))(FwdParams) {
+  if (lanes == 32)
+    return fwd_rows_pick_vpl<T, P, VEC, 32>(vpl, r);
+  if (lanes == 16)
+    return fwd_rows_pick_vpl<T, P, VEC, 16>(vpl, r);
+  return nullptr;
 }
 
 /* fwd_lean_kernel for the norm and whether the row is full (nullptr if none: LayerNorm holds
@@ -1466,7 +1493,7 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_WARP) {
     if constexpr (VEC * sizeof(T) == 16) {
       if (plan.variant > 0) { /* fwd_rows_kernel: plan.variant rows a one-warp CTA */
-        void (*k)(FwdParams) = fwd_rows_pick<T, P, VEC>(plan.vpt, plan.variant);
+        void (*k)(FwdParams) = fwd_rows_pick<T, P, VEC>(plan.group, plan.vpt, plan.variant);
         if (!k)
           return FNORM_ERR_UNSUPPORTED;
         return launch_kernel(k, plan.grid, 32, 0, 1, stream, a);

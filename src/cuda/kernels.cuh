@@ -137,12 +137,39 @@ constexpr int ring_resident_vpt(int vec) {
   return 32 / vec;
 }
 
-/* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time, for rows of vpl
- * 16-byte vectors a lane (1, 2 or 4: rows of 32, 64 or 128 vectors). Sweep 63 (H200, 2^27
- * elements): best at four vectors a lane in all (LayerNorm; RMSNorm at eight), LayerNorm at
- * four vectors a lane of one row also two rows (16-bit 1024: 96.6% against 96.3%). */
-constexpr int fwd_rows_per_cta(bool rms, int vpl) {
-  return vpl == 1 ? (rms ? 8 : 4) : vpl == 2 ? (rms ? 4 : 2) : 2;
+/* The forward's rows form (fwd_rows_kernel) for 16-byte rows of nvec vectors (vec elements of
+ * elem_bytes): lanes a row and vectors a lane, lanes 0 where it takes none. Rows of 32, 64, 96,
+ * 128 and 256 vectors over a warp (1, 2, 3, 4, 8 a lane), fp32 rows of 192 (N = 768) too (6 a
+ * lane); 16-bit rows of 32 and 48 vectors (N = 256, 384) over half a warp (2, 3 a lane). Sweeps
+ * 69-70 (H200): half-warp rows +0.5 to +5 points over a warp a row (256) and +2 to +5 over the
+ * warp tier's staged kernel (384); fp32 768 at 6 a lane +2. 16-bit rows of 192 vectors (N =
+ * 1536) were not measured. */
+constexpr void rows_form_shape(int64_t nvec, int vec, int elem_bytes, int &lanes, int &vpl) {
+  lanes = vpl = 0;
+  if (vec * elem_bytes != 16)
+    return;
+  if (elem_bytes == 2 && (nvec == 32 || nvec == 48)) {
+    lanes = 16;
+  } else if (nvec == 32 || nvec == 64 || nvec == 96 || nvec == 128 || nvec == 256 ||
+             (elem_bytes == 4 && nvec == 192)) {
+    lanes = 32;
+  } else {
+    return;
+  }
+  vpl = (int)(nvec / lanes);
+}
+
+/* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each
+ * half-warp), for rows of vpl 16-byte vectors a lane. Sweep 63 (H200, 2^27 elements), a warp a
+ * row: best at four vectors a lane in all (LayerNorm; RMSNorm at eight), LayerNorm at four
+ * vectors a lane of one row also two rows (16-bit 1024: 96.6% against 96.3%). Sweep 69: 3
+ * vectors a lane 2 rows (+0.2 to +0.5 over 1 and 4), 8 a lane 1 row (2 lost 2.5, 4 lost 25);
+ * half-warp rows 4 (+0.2 to +1 over 2; sweep 70 at 576000 rows of 384 +0.1 to +0.4). Sweep 70:
+ * 6 a lane 1 row (+0.4 to +0.5 over 2). */
+constexpr int fwd_rows_per_cta(bool rms, int lanes, int vpl) {
+  if (lanes == 16)
+    return 4;
+  return vpl == 1 ? (rms ? 8 : 4) : vpl == 2 ? (rms ? 4 : 2) : vpl >= 6 ? 1 : 2;
 }
 
 /* Most pieces the forward MODE_BULK kernel copies a CTA's chunk in (its mbarriers). */

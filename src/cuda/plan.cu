@@ -145,11 +145,10 @@ struct Tuning {
                                names, persistent; tuning builds: all 16-byte rows,
                                2 a cluster a row, 3 persistent; 0 never */
   int fwd_lean_cl_threads;  /* ... threads a CTA at most (tuning builds: 64 to 1024; else 512) */
-  int fwd_rows;             /* forward: 1 takes 16-byte rows of 32, 64 or 128 vectors with 256
+  int fwd_rows;             /* forward: 1 takes the 16-byte rows rows_form_shape names with 256
                                rows an SM and 2^25 elements to fwd_rows_kernel (fwd_rows_per_cta
                                rows a one-warp CTA), 0 never; tuning builds: 11, 12, 14, 18 take
-                               all such rows, and those of 96 and 256 vectors, at 1, 2, 4, 8
-                               rows a CTA */
+                               all such rows (any rows, any gamma) at 1, 2, 4, 8 rows a CTA */
   int bwd_ring_more;        /* backward from x (sm_90), since the ring's split row sums: 1 the
                                ring also takes fp32 rows past 1024 vectors, fp32 rows of 1024
                                from 8192 rows and 16-bit RMSNorm rows of 256 or more from 32768
@@ -164,6 +163,8 @@ struct Tuning {
   int bwd_ring_vpt4;        /* backward ring (sm_90), fp32 rows of more than 8192 vectors from
                                x: 1 four vectors a thread (kRingVptWide), 0 two (kRingVpt);
                                2 (tuning builds) from 2049 vectors */
+  int fwd_rows_lanes;       /* tuning builds with fwd_rows 11-18: lanes a row of fwd_rows_kernel
+                               (32, or 16: each half-warp its own rows), 0 rows_form_shape's */
 };
 
 #ifdef FNORM_TUNING
@@ -174,9 +175,9 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2,  3,  512, 1024, 512, 16, 8, 9, 11, 1,   1, 1, 4096, 1, 0,
-              1, 32, 16, 1,   4,    1,   1,  1, 0, 4,  1,   0, 0, 2,    0, 1,
-              1, 1,  1,  128, 1,    1,   1,  1, 4, 1,  512, 1, 1, 320,  3, 1};
+  Tuning t = {1,  2,   3, 512, 1024, 512, 16, 8, 9,   11, 1, 1,   1, 4096, 1, 0, 1,
+              32, 16,  1, 4,   1,    1,   1,  0, 4,   1,  0, 0,   2, 0,    1, 1, 1,
+              1,  128, 1, 1,   1,    1,   4,  1, 512, 1,  1, 320, 3, 1,    0};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -226,6 +227,7 @@ Tuning tuning() {
   t.bwd_cap_640 = tune_knob("FNORM_TUNE_BWD_CAP640", t.bwd_cap_640);
   t.bwd_stages_1k = tune_knob("FNORM_TUNE_BWD_STAGES1K", t.bwd_stages_1k);
   t.bwd_ring_vpt4 = tune_knob("FNORM_TUNE_BWD_RING_VPT4", t.bwd_ring_vpt4);
+  t.fwd_rows_lanes = tune_knob("FNORM_TUNE_FWD_ROWS_LANES", t.fwd_rows_lanes);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -423,30 +425,49 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
         (tn.fwd_param_smem == 1 && pl.staged &&
          (dtype_bytes(p->dtype) == 4 || p->norm == FNORM_LAYERNORM)) ||
         (kTuningBuild && tn.fwd_param_smem == 2 && vec * (int64_t)dtype_bytes(p->dtype) == 16);
-    /* Rows of 32, 64 or 128 16-byte vectors, many of them, with gamma in the rows' dtype: several
-     * rows a one-warp CTA, each over the whole warp (fwd_rows_kernel, torch.compile's shape).
+    /* Rows of 32, 48 (16-bit), 64, 96, 128, 192 (fp32) or 256 16-byte vectors, many of them,
+     * with gamma in the rows' dtype: several rows a one-warp CTA, each over the whole warp or,
+     * 16-bit rows of 32 and 48 vectors, over half of it (fwd_rows_kernel, torch.compile's shape;
+     * rows_form_shape).
      * Sweep 63 and A/B run AS (H200, release builds alternated): at 2^27 elements +1.8 to +5.5
      * points over the kernels above (16-bit LayerNorm 512 92% -> 95.5%, fp32 RMSNorm 128 94.5%
      * -> 100%); but 40960 rows of 256 (2^23.3 elements, within L2) 16-bit -6 to -7, fp32 -0.4
      * to -0.8, while 40960 rows of 1024 gained 1.4. Hence 256 rows an SM and 2^25 elements (more
-     * than L2 holds) at least; between 2^25 and 2^27 not measured. fp32 gamma on 16-bit rows was
-     * not measured and keeps the kernels above. */
-    const int vpl = (int)(nvec / 32);
-    const bool warp_rows = vec * (int64_t)dtype_bytes(p->dtype) == 16 && nvec % 32 == 0;
-    const bool rows_form = warp_rows && (vpl == 1 || vpl == 2 || vpl == 4);
+     * than L2 holds) at least; between 2^25 and 2^27 not measured. Sweep 69 (H200, 2^27
+     * elements) added half-warp rows and rows of 96 and 256 vectors: 16-bit 384 LayerNorm 94% ->
+     * 98%, RMSNorm 97.5% -> 99.5% (576000 rows: 93% -> 96.5%, 95.5% -> 98%), 16-bit 256
+     * LayerNorm +5 over a warp a row, 16-bit 768 +3 (LayerNorm 96% -> 99%), fp32 384 +3.5,
+     * fp32 1024 +2.5, 16-bit 2048 +1 (A/B run BG, release: the same); sweep 70 fp32 768 +2
+     * (LayerNorm 96.6% -> 98.6%). fp32 gamma on 16-bit rows was not measured and keeps the
+     * kernels above. */
+    int rows_lanes = 0, rows_vpl = 0;
+    rows_form_shape(nvec, vec, dtype_bytes(p->dtype), rows_lanes, rows_vpl);
     int rows_cta = 0;
-    if (tn.fwd_rows == 1 && rows_form && p->param_dtype == p->dtype &&
+    if (tn.fwd_rows == 1 && rows_lanes && p->param_dtype == p->dtype &&
         p->rows >= 256 * (int64_t)dev.sm_count && p->rows * p->cols >= ((int64_t)1 << 25))
-      rows_cta = fwd_rows_per_cta(p->norm == FNORM_RMSNORM, vpl);
-    else if (kTuningBuild && (rows_form || (warp_rows && (vpl == 3 || vpl == 8))) &&
-             (tn.fwd_rows == 11 || tn.fwd_rows == 12 || tn.fwd_rows == 14 || tn.fwd_rows == 18))
-      rows_cta = tn.fwd_rows - 10; /* (tuning builds also at 3 and 8 vectors a lane: unmeasured) */
+      rows_cta = fwd_rows_per_cta(p->norm == FNORM_RMSNORM, rows_lanes, rows_vpl);
+    if (kTuningBuild && tn.fwd_rows >= 11 && tn.fwd_rows <= 18) {
+      /* tuning builds: R = fwd_rows - 10 rows a CTA (a half-warp's rows at 16 lanes), over the
+       * lanes fwd_rows_lanes names (32: rows of 32, 64, 96, 128, 192, 256 vectors; 16: of 32, 48,
+       * 64 vectors, 16-bit or fp32) or the rule's */
+      const bool vec16 = vec * (int64_t)dtype_bytes(p->dtype) == 16;
+      const int64_t v32 = nvec / 32, v16 = nvec / 16;
+      if (tn.fwd_rows_lanes == 32)
+        rows_lanes = vec16 && nvec % 32 == 0 &&
+                             (v32 == 1 || v32 == 2 || v32 == 3 || v32 == 4 || v32 == 6 || v32 == 8)
+                         ? 32
+                         : 0;
+      else if (tn.fwd_rows_lanes == 16)
+        rows_lanes = vec16 && nvec % 16 == 0 && v16 >= 2 && v16 <= 4 ? 16 : 0;
+      rows_vpl = rows_lanes ? (int)(nvec / rows_lanes) : 0;
+      rows_cta = rows_lanes ? tn.fwd_rows - 10 : 0;
+    }
     if (rows_cta > 0) {
       pl.variant = rows_cta;
-      pl.group = 32;
-      pl.vpt = vpl;
+      pl.group = rows_lanes;
+      pl.vpt = rows_vpl;
       pl.threads = 32;
-      pl.grid = min64(ceil_div(p->rows, rows_cta), kMaxGrid);
+      pl.grid = min64(ceil_div(p->rows, (int64_t)rows_cta * (32 / rows_lanes)), kMaxGrid);
       pl.staged = pl.param_smem = 0;
     }
     return pl;
