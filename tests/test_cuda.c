@@ -336,7 +336,8 @@ static void cuda_sizes(void) {
    * 256 rows an SM and 2^25 elements or more, several a one-warp CTA: more than 256 x 160 SMs rows
    * and 2^25 elements, so that the case list is the same on every GPU, and one row more, so that
    * the last CTA's rows run past the last row (at half a warp a row, the second half's rows all
-   * past it); the first two also strided without gamma/beta, bf16 LayerNorm 512 also in place.
+   * past it); the first two also strided without gamma/beta, bf16 LayerNorm 512 also in place,
+   * the fp32 LayerNorm rows also on a 1e4 offset.
    * Under --quick the first alone. */
   {
     static const case_shape rows_form[] = {
@@ -351,6 +352,12 @@ static void cuda_sizes(void) {
       if (s == 3 && !g_opt.quick) {
         tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_SAME, rows, cols);
         tcase_apply_layout(&c, 4, 1); /* in place */
+        gpu_forward_case("cuda", &c);
+      }
+      /* fp32 LayerNorm rows on a 1e4 offset: the statistics' centring */
+      if (rows_form[s].combo == 0 && rows_form[s].norm == 0 && !g_opt.quick) {
+        tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows, cols);
+        c.input = INPUT_OFFSET_1E4;
         gpu_forward_case("cuda", &c);
       }
       if (g_opt.quick)
