@@ -5,6 +5,9 @@
  *                     short rows), VPT vectors per lane held in registers; persistent 8-warp
  *                     CTAs, or (16-byte rows of a warp, fp32 rows, many rows) a one-warp CTA
  *                     for each warp's rows.
+ *  fwd_rows_kernel    many 16-byte rows of 32-256 vectors (rows_form_shape): one-warp CTAs,
+ *                     not persistent, each taking a few rows at once over the whole warp or,
+ *                     16-bit rows of 256 and 384 elements, over each half of it.
  *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
  *                     there are at least two rows an SM: a CTA per row, not persistent.
  *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192) holds the row only
@@ -234,10 +237,10 @@ template <int N, bool SQUARES> __device__ __forceinline__ float sum4(const float
 
 /* torch.compile's shape for short rows (ncu13): one-warp CTAs, not persistent, each taking R
  * rows at a time, each row over all 32 lanes (LANES 16: each half of the warp its own R rows,
- * each over the half) at VPL 16-byte vectors a lane, every row's loads
- * issued first, x and y without cache hints; rows of exactly LANES * VPL vectors (FULL). Rows
- * past the last load the last row and store nothing. Planned on the 16-byte rows
- * rows_form_shape names with 256 rows an SM and 2^25 elements or more, R = fwd_rows_per_cta.
+ * each over the half) at VPL 16-byte vectors a lane, every row's loads issued first, x and y
+ * without cache hints; rows of exactly LANES * VPL vectors (FULL). Rows past the last load the
+ * last row and store nothing. Planned on the 16-byte rows rows_form_shape names with 256 rows
+ * an SM and 2^25 elements or more, R = fwd_rows_per_cta.
  * A/B run AS (H200, release builds alternated, 2^27 elements, against the warp tier's staged
  * persistent kernel and its one-warp CTAs): 16-bit LayerNorm 256 91.8% -> 93.6%, 512 92.3% ->
  * 95.5%, 1024 93.3% -> 96.6%; 16-bit RMSNorm 256-1024 93.9-95.4% -> 97.2-97.5%; fp32 128-512
