@@ -506,8 +506,8 @@ void check_choices() {
   /* Forward warp tier with 2^27 elements: the rows form (sweeps 63, 69 and 70) on 16-byte rows
    * of 32, 64, 96, 128 and 256 vectors over a warp, fp32 rows of 192 too, 16-bit rows of 32 and
    * 48 over half a warp, at the rows a CTA below (fp32 2048: the CTA-per-row kernel; 16-bit
-   * 1536, 192 vectors, one-warp CTAs). With 4096
-   * rows: persistent 256-thread CTAs, gamma/beta from global memory. */
+   * 1536, 192 vectors, one-warp CTAs). With 4096 rows: persistent 256-thread CTAs, gamma/beta
+   * from global memory. */
   struct {
     int64_t cols;
     bool bf16;

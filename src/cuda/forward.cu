@@ -249,8 +249,7 @@ template <int N, bool SQUARES> __device__ __forceinline__ float sum4(const float
  * Sweep 69: 16-bit rows of 384 over half a warp (LANES 16), 3 vectors a lane, +2 to +4 points
  * over the staged kernel; 16-bit 256 at 2 a lane over half a warp +0.5 to +5 over 1 a lane
  * over the warp; rows of 96 and 256 vectors at 3 and 8 a lane +1 to +3.5. The warp's loop is
- * uniform (the shuffles take all 32 lanes): a half past the last row loads the last row and
- * stores nothing. */
+ * uniform, half-warps past the last row included, since the shuffles take all 32 lanes. */
 template <typename T, typename P, int VEC, int VPL, int R, int LANES = 32>
 __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
   static_assert(LANES == 16 || LANES == 32, "a row over a half or the whole warp");
