@@ -249,8 +249,11 @@ template <int N, bool SQUARES> __device__ __forceinline__ float sum4(const float
  * Sweep 69: 16-bit rows of 384 over half a warp (LANES 16), 3 vectors a lane, +2 to +4 points
  * over the staged kernel; 16-bit 256 at 2 a lane over half a warp +0.5 to +5 over 1 a lane
  * over the warp; rows of 96 and 256 vectors at 3 and 8 a lane +1 to +3.5. The warp's loop is
- * uniform, half-warps past the last row included, since the shuffles take all 32 lanes. */
-template <typename T, typename P, int VEC, int VPL, int R, int LANES = 32>
+ * uniform, half-warps past the last row included, since the shuffles take all 32 lanes.
+ * LN: the norm known at compile time, a kernel each (RMSNorm's forms then hold 50-96 registers
+ * against 72-165 shared with LayerNorm's); A/B run BI (H200) measured them level (-0.3 to
+ * +0.5 points), and sweep 74 kept R for RMSNorm's rows as fwd_rows_per_cta has it. */
+template <typename T, typename P, int VEC, int VPL, int R, int LANES, bool LN>
 __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
   static_assert(LANES == 16 || LANES == 32, "a row over a half or the whole warp");
   constexpr int EPR = VEC * VPL;     /* elements a lane holds of each row */
@@ -273,7 +276,7 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
         load_vec<T, VEC>(x + row * a.x_stride + (int64_t)(k * LANES + lane) * VEC, &v[r][k * VEC]);
     }
     float rstd[R], shift[R], mean_out[R];
-    if (a.layernorm) {
+    if constexpr (LN) {
       float s[R];
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -306,7 +309,7 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         rstd[r] = 1.f / sqrtf(s[r] * inv_n + a.eps);
-        shift[r] = mean_out[r] = 0.f;
+        shift[r] = mean_out[r] = 0.f; /* (unused: RMSNorm's y is x * rstd * gamma + beta) */
       }
     }
     if (lane == 0)
@@ -327,7 +330,8 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
         float out[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          out[e] = fmaf(fmaf(v[r][k * VEC + e], rstd[r], shift[r]), g[e], b[e]);
+          out[e] = LN ? fmaf(fmaf(v[r][k * VEC + e], rstd[r], shift[r]), g[e], b[e])
+                      : fmaf(v[r][k * VEC + e] * rstd[r], g[e], b[e]);
         store_vec<T, VEC>(y + (row0 + r) * a.y_stride + col, out);
       }
     }
@@ -1381,55 +1385,55 @@ template <typename T, int VEC, int VPL, int LANES> constexpr bool rows_form_plan
   rows_form_shape(LANES * VPL, VEC, (int)sizeof(T), lanes, vpl);
   return lanes == LANES && vpl == VPL;
 }
-template <typename T, typename P, int VEC, int VPL, int R, int LANES>
+template <typename T, typename P, int VEC, int VPL, int R, int LANES, bool LN>
 static void (*fwd_rows_one())(FwdParams) {
   if constexpr ((kTuningBuild && (LANES == 32 || (VPL >= 2 && VPL <= 4))) ||
-                (rows_form_planned<T, VEC, VPL, LANES>() &&
-                 (R == fwd_rows_per_cta(false, LANES, VPL) ||
-                  R == fwd_rows_per_cta(true, LANES, VPL))))
-    return fwd_rows_kernel<T, P, VEC, VPL, R, LANES>;
+                (rows_form_planned<T, VEC, VPL, LANES>() && R == fwd_rows_per_cta(!LN, LANES, VPL)))
+    return fwd_rows_kernel<T, P, VEC, VPL, R, LANES, LN>;
   return nullptr;
 }
-template <typename T, typename P, int VEC, int VPL, int LANES>
+template <typename T, typename P, int VEC, int VPL, int LANES, bool LN>
 static void (*fwd_rows_pick_r(int r))(FwdParams) {
   switch (r) {
   case 1:
-    return fwd_rows_one<T, P, VEC, VPL, 1, LANES>();
+    return fwd_rows_one<T, P, VEC, VPL, 1, LANES, LN>();
   case 2:
-    return fwd_rows_one<T, P, VEC, VPL, 2, LANES>();
+    return fwd_rows_one<T, P, VEC, VPL, 2, LANES, LN>();
   case 4:
-    return fwd_rows_one<T, P, VEC, VPL, 4, LANES>();
+    return fwd_rows_one<T, P, VEC, VPL, 4, LANES, LN>();
   case 8:
-    return fwd_rows_one<T, P, VEC, VPL, 8, LANES>();
+    return fwd_rows_one<T, P, VEC, VPL, 8, LANES, LN>();
   default:
     return nullptr;
   }
 }
-template <typename T, typename P, int VEC, int LANES>
+template <typename T, typename P, int VEC, int LANES, bool LN>
 static void (*fwd_rows_pick_vpl(int vpl, int r))(FwdParams) {
   switch (vpl) {
   case 1:
-    return fwd_rows_pick_r<T, P, VEC, 1, LANES>(r);
+    return fwd_rows_pick_r<T, P, VEC, 1, LANES, LN>(r);
   case 2:
-    return fwd_rows_pick_r<T, P, VEC, 2, LANES>(r);
+    return fwd_rows_pick_r<T, P, VEC, 2, LANES, LN>(r);
   case 4:
-    return fwd_rows_pick_r<T, P, VEC, 4, LANES>(r);
+    return fwd_rows_pick_r<T, P, VEC, 4, LANES, LN>(r);
   case 3:
-    return fwd_rows_pick_r<T, P, VEC, 3, LANES>(r);
+    return fwd_rows_pick_r<T, P, VEC, 3, LANES, LN>(r);
   case 6:
-    return fwd_rows_pick_r<T, P, VEC, 6, LANES>(r);
+    return fwd_rows_pick_r<T, P, VEC, 6, LANES, LN>(r);
   case 8:
-    return fwd_rows_pick_r<T, P, VEC, 8, LANES>(r);
+    return fwd_rows_pick_r<T, P, VEC, 8, LANES, LN>(r);
   default:
     return nullptr;
   }
 }
 template <typename T, typename P, int VEC>
-static void (*fwd_rows_pick(int lanes, int vpl, int r))(FwdParams) {
+static void (*fwd_rows_pick(bool ln, int lanes, int vpl, int r))(FwdParams) {
   if (lanes == 32)
-    return fwd_rows_pick_vpl<T, P, VEC, 32>(vpl, r);
+    return ln ? fwd_rows_pick_vpl<T, P, VEC, 32, true>(vpl, r)
+              : fwd_rows_pick_vpl<T, P, VEC, 32, false>(vpl, r);
   if (lanes == 16)
-    return fwd_rows_pick_vpl<T, P, VEC, 16>(vpl, r);
+    return ln ? fwd_rows_pick_vpl<T, P, VEC, 16, true>(vpl, r)
+              : fwd_rows_pick_vpl<T, P, VEC, 16, false>(vpl, r);
   return nullptr;
 }
 
@@ -1495,7 +1499,8 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_WARP) {
     if constexpr (VEC * sizeof(T) == 16) {
       if (plan.variant > 0) { /* fwd_rows_kernel: plan.variant rows a one-warp CTA */
-        void (*k)(FwdParams) = fwd_rows_pick<T, P, VEC>(plan.group, plan.vpt, plan.variant);
+        void (*k)(FwdParams) =
+            fwd_rows_pick<T, P, VEC>(a.layernorm != 0, plan.group, plan.vpt, plan.variant);
         if (!k)
           return FNORM_ERR_UNSUPPORTED;
         return launch_kernel(k, plan.grid, 32, 0, 1, stream, a);
