@@ -353,14 +353,27 @@ def empty_cache(device):
 
 
 def copy_gbps(numel, dtype, timer, cache):
+    """GB/s of a device-to-device copy of numel elements, read + written: the faster of a copy
+    of numel and of numel rounded down to a whole MiB, as fnbench measures it (H200: the copy
+    of 2^27 - 128 bf16 elements ran 6.5% below that of 2^27 through copy_ in run BH, 2.5%
+    through cudaMemcpyAsync in run BI; the ceiling is the device's, not the copy kernel's way
+    with an odd tail)."""
     key = (numel, dtype)
     if key not in cache:
         src = torch.empty(numel, dtype=dtype, device=timer.device).fill_(1.0)
         dst = torch.empty_like(src)
-        ms = timer.median_ms(
-            lambda: dst.copy_(src), host_time_ms(lambda: dst.copy_(src), timer.device)
-        )
-        cache[key] = 2 * numel * src.element_size() / (ms * 1e6)
+        elem = src.element_size()
+        counts = [numel]
+        whole = numel * elem // (1 << 20) * (1 << 20) // elem
+        if whole != numel and whole >= numel // 2:
+            counts.append(whole)
+        best = 0.0
+        for count in counts:
+            s, d = src[:count], dst[:count]
+            ms = timer.median_ms(lambda: d.copy_(s), host_time_ms(lambda: d.copy_(s), timer.device))
+            best = max(best, 2 * count * elem / (ms * 1e6))
+            del s, d
+        cache[key] = best
         del src, dst
         empty_cache(timer.device)
     return cache[key]
