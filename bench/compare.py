@@ -353,20 +353,21 @@ def empty_cache(device):
 
 
 def copy_gbps(numel, dtype, timer, cache):
-    """GB/s of a device-to-device copy of numel elements, read + written: the faster of a copy
-    of numel and of numel rounded down to a whole MiB, as fnbench measures it (H200: the copy
-    of 2^27 - 128 bf16 elements ran 6.5% below that of 2^27 through copy_ in run BH, 2.5%
-    through cudaMemcpyAsync in run BI; the ceiling is the device's, not the copy kernel's way
-    with an odd tail)."""
+    """GB/s of a device-to-device copy of numel elements, read + written: the fastest of copies
+    of numel, of numel rounded down to a whole MiB and of one MiB less, as fnbench measures it.
+    The copy's rate depends on the exact size (H200: 2^27 - 128 bf16 elements 6.5% below 2^27
+    through copy_ in run BH; through cudaMemcpyAsync 2^30 bytes 1.2% below 2^30 - 2^20 in runs
+    BI-BJ): the ceiling is the device's, not the copy kernel's way with a size."""
     key = (numel, dtype)
     if key not in cache:
         src = torch.empty(numel, dtype=dtype, device=timer.device).fill_(1.0)
         dst = torch.empty_like(src)
         elem = src.element_size()
         counts = [numel]
-        whole = numel * elem // (1 << 20) * (1 << 20) // elem
-        if whole != numel and whole >= numel // 2:
-            counts.append(whole)
+        mib = (1 << 20) // elem
+        if numel >= 4 * mib:
+            whole = numel // mib * mib
+            counts += [c for c in (whole, whole - mib) if c != numel]
         best = 0.0
         for count in counts:
             s, d = src[:count], dst[:count]
