@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         rstd[r] = 1.f / sqrtf(s[r] * inv_n + a.eps);
-        shift[r] = mean_out[r] = 0.f; /* (unused: RMSNorm's y is x * rstd * gamma + beta) */
+        shift[r] = mean_out[r] = 0.f; /* (shift unused: RMSNorm's y is x * rstd * gamma + beta) */
       }
     }
     if (lane == 0)
