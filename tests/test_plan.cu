@@ -75,6 +75,25 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
               (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
           "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads");
+  /* fwd_rows_packed_kernel: the 16-bit rows packed_rows_shape names with 16-bit gamma, from 2^25
+   * elements (LayerNorm 8192: 2^27; tuning builds: FNORM_TUNE_FWD_ROWS_PACKED=0 leaves them to
+   * the other tiers) */
+  int packed_vpl = 0, packed_wpr = 0;
+  packed_rows_shape(p.norm == FNORM_LAYERNORM, p.cols, packed_vpl, packed_wpr);
+  const bool packed_rows =
+      packed_vpl && p.dtype != FNORM_DTYPE_F32 && vec == 8 && p.param_dtype == p.dtype &&
+      p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols) &&
+      p.rows <= 0x7fffffff;
+  require(kTuningBuild ? !pl.packed || packed_rows : !!pl.packed == packed_rows,
+          "forward: the packed rows form on the 16-bit rows packed_rows_shape names with 16-bit "
+          "gamma from 2^25 elements, and there alone");
+  if (pl.packed) {
+    require(pl.tier == TIER_WARP && pl.vpt == packed_vpl && pl.threads == 32 * packed_wpr &&
+                pl.group == pl.threads && (int64_t)pl.vpt * pl.threads == nvec && !pl.variant &&
+                !pl.staged && !pl.param_smem && pl.grid == p.rows,
+            "forward packed rows form: a row a CTA of packed_rows_shape's warps, not persistent");
+    return;
+  }
   if (pl.tier == TIER_WARP && pl.variant) {
     /* fwd_rows_kernel (sweeps 63 and 69) */
     int lanes = 0, vpl = 0;
@@ -448,7 +467,7 @@ void check_choices() {
     return;
   const Device &h200 = kDevices[0], &a100 = kDevices[1];
   const fnorm_norm LN = FNORM_LAYERNORM, RMS = FNORM_RMSNORM;
-  const fnorm_dtype F32 = FNORM_DTYPE_F32, BF16 = FNORM_DTYPE_BF16;
+  const fnorm_dtype F32 = FNORM_DTYPE_F32, BF16 = FNORM_DTYPE_BF16, F16 = FNORM_DTYPE_F16;
   /* Backward: fp32 rows of 4097-32768 from y over a cluster of 8-warp CTAs (sweep 28) from 4096
    * rows on (sweep 30), the ring otherwise (from x since sweep 64, fewer rows, 16-bit rows,
    * 65536, sm_80). */
@@ -566,6 +585,20 @@ void check_choices() {
    * fp32 RMSNorm lean at 16384, not at 8192 (read again for y) or 32768; fp32 LayerNorm lean at
    * 8192-16384 (sweep 61), not at 32768. At 65536 RMSNorm on the register kernel, LayerNorm on
    * the lean form over a cluster (sweep 68). */
+  /* 16-bit LayerNorm rows of 4096 and 5120 (the main grid's 2^27 elements): the packed rows
+   * form with 16-bit gamma, the CTA-per-row kernel with fp32 gamma. */
+  for (int i = 0; i < 2; ++i)
+    for (int d = 0; d < 2; ++d) {
+      const int64_t cols = i ? 5120 : 4096;
+      p = problem(d ? F16 : BF16, LN, grid_rows(cols), cols);
+      expect(h200, d ? F16 : BF16, LN, p.rows, cols, false,
+             plan_forward(&p, 8, h200.info).packed == 1, "16-bit gamma: the packed rows form");
+      p.param_dtype = FNORM_DTYPE_F32;
+      expect(h200, d ? F16 : BF16, LN, p.rows, cols, false,
+             plan_forward(&p, 8, h200.info).packed == 0 &&
+                 plan_forward(&p, 8, h200.info).tier == TIER_ROW,
+             "fp32 gamma: not the packed rows form");
+    }
   const int64_t ccols[] = {4096, 8192, 16384, 20480, 24576, 32768, 65536};
   for (int i = 0; i < 7; ++i)
     for (int nm = 0; nm < 2; ++nm) {
@@ -574,20 +607,33 @@ void check_choices() {
       p = problem(BF16, norm, rows, ccols[i]);
       const Plan pl = plan_forward(&p, 8, h200.info);
       const bool lcl = norm == LN && ccols[i] > 32768, reg = norm == RMS && ccols[i] > 32768,
+                 packed =
+                     (norm == LN && ccols[i] <= 32768 && ccols[i] != 20480 && ccols[i] != 24576) ||
+                     (norm == RMS && ccols[i] == 16384),
                  lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192);
-      expect(h200, BF16, norm, rows, ccols[i], false,
-             pl.mode == (reg ? MODE_REG : MODE_CTA) && !!pl.variant == lean &&
-                 (pl.mode == MODE_CTA && pl.cluster > 1) == lcl,
-             reg    ? "the register kernel"
-             : lcl  ? "the lean form over a cluster"
-             : lean ? "the CTA-per-row kernel's lean form"
-                    : "the CTA-per-row kernel");
+      if (packed) {
+        expect(h200, BF16, norm, rows, ccols[i], false, pl.tier == TIER_WARP && pl.packed,
+               "the packed rows form");
+      } else {
+        expect(h200, BF16, norm, rows, ccols[i], false,
+               pl.mode == (reg ? MODE_REG : MODE_CTA) && !!pl.variant == lean &&
+                   (pl.mode == MODE_CTA && pl.cluster > 1) == lcl,
+               reg    ? "the register kernel"
+               : lcl  ? "the lean form over a cluster"
+               : lean ? "the CTA-per-row kernel's lean form"
+                      : "the CTA-per-row kernel");
+      }
       p.rows = 4096;
-      expect(h200, BF16, norm, 4096, ccols[i], false,
-             !!plan_forward(&p, 8, h200.info).variant ==
-                 (!reg && ((norm == RMS && ccols[i] > 4096) || ccols[i] > 8192)),
-             "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of 8193-32768 "
-             "and (over a cluster) past 32768");
+      if (packed && 4096 * ccols[i] >= packed_rows_min_elements(norm == LN, ccols[i])) {
+        expect(h200, BF16, norm, 4096, ccols[i], false, plan_forward(&p, 8, h200.info).packed == 1,
+               "4096 rows of 16384 or more: the packed rows form (2^25 elements)");
+      } else {
+        expect(h200, BF16, norm, 4096, ccols[i], false,
+               !!plan_forward(&p, 8, h200.info).variant ==
+                   (!reg && ((norm == RMS && ccols[i] > 4096) || ccols[i] > 8192)),
+               "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of "
+               "8193-32768 and (over a cluster) past 32768");
+      }
     }
   {
     const int64_t fcols[] = {8192, 16384, 32768};

@@ -8,6 +8,9 @@
  *  fwd_rows_kernel    many 16-byte rows of 32-256 vectors (rows_form_shape): one-warp CTAs,
  *                     not persistent, each taking a few rows at once over the whole warp or,
  *                     16-bit rows of 256 and 384 elements, over each half of it.
+ *                     fwd_rows_packed_kernel: 16-bit LayerNorm rows of 4096-32768 and RMSNorm
+ *                     rows of 16384 (packed_rows_shape), a row a CTA of 1-8 warps, held as
+ *                     16-bit words and converted again on each pass.
  *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
  *                     there are at least two rows an SM: a CTA per row, not persistent.
  *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192) holds the row only
@@ -335,6 +338,200 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
         store_vec<T, VEC>(y + (row0 + r) * a.y_stride + col, out);
       }
     }
+  }
+}
+
+/* A 16-bit word's two elements as fp32, by one of three instruction sequences (PASS 0-2). A
+ * kernel that holds its row as packed 16-bit words and converts it once a pass must not let the
+ * compiler keep one pass's floats for the next (which would need twice the registers: the packed
+ * LayerNorm rows of 5120 spilled at 255 registers with one sequence for every pass, and took
+ * 130 with three; launchprobe). bf16: shift and mask, byte permutes, the permutes' operands
+ * swapped; fp16: cvt of the word, of the word xor `zero` and of the word plus `zero`, where
+ * `zero` is 0 at run time but not known to be to the compiler. */
+template <typename T, int PASS>
+__device__ __forceinline__ float2 word_f32(uint32_t w, uint32_t zero) {
+  if constexpr (std::is_same<T, bf16>::value) {
+    (void)zero;
+    if constexpr (PASS == 0)
+      return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    else if constexpr (PASS == 1)
+      return make_float2(__uint_as_float(__byte_perm(w, 0u, 0x1044)),
+                         __uint_as_float(__byte_perm(w, 0u, 0x3244)));
+    else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      float lo, hi;
+      asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.bf16 %0, l;\n cvt.f32.bf16 %1, h;}"
+          : "=f"(lo), "=f"(hi)
+          : "r"(w));
+      return make_float2(lo, hi);
+#else
+      return make_float2(__uint_as_float(__byte_perm(0u, w, 0x5400)),
+                         __uint_as_float(__byte_perm(0u, w, 0x7600)));
+#endif
+    }
+  } else {
+    static_assert(std::is_same<T, f16>::value, "16-bit words");
+    const uint32_t v = PASS == 0 ? w : PASS == 1 ? w ^ zero : w + zero;
+    __half2 h;
+    memcpy(&h, &v, 4);
+    return __half22float2(h);
+  }
+}
+
+/* Two floats rounded to a 16-bit word (x low), by one paired conversion (store_vec converts
+ * each element alone, then packs them: three instructions for this one's one). */
+template <typename T> __device__ __forceinline__ uint32_t f32_word(float lo, float hi) {
+  uint32_t w;
+  if constexpr (std::is_same<T, bf16>::value) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&w, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&w, &h, 4);
+  }
+  return w;
+}
+
+/* A 16-bit row a CTA of WPR warps (packed_rows_shape: LayerNorm 4096 and 5120 over one warp,
+ * 8192 over 2, 16384 and 32768 over 8; RMSNorm 16384 over 8), not persistent, VPL 16-byte
+ * vectors a lane held as their 16-bit words (64-80 registers, where fwd_rows_kernel's floats
+ * would take twice that) and converted again on each pass (word_f32): LayerNorm's sum, its sums
+ * centred on the first mean (ln_stats), y from (x - m1) - c (the centring's accuracy: y as
+ * x * rstd - mean * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and
+ * wrong by several ulps on offset rows); RMSNorm's sum of squares, y. The warps' sums meet in
+ * shared memory (warps_sum). G and B: gamma and beta given (16-bit, as x), read per row where y
+ * is computed; they and y's 16-byte stores are volatile, so that the compiler neither hoists all
+ * of a row's gamma/beta loads nor sinks its stores, which held their registers; y's pairs are
+ * rounded by one paired conversion each (f32_word). No loop over rows (a loop took the rows of
+ * 5120 from 114 registers to 168-190).
+ * A/B run of session 29 (H200, release builds of 555273a and of this tree alternated, fnbench,
+ * 2^27 elements; % of the copy): LayerNorm bf16 4096 92.9 -> 95.6, 5120 93.2 -> 95.5, 8192
+ * 91.8 -> 93.8, 16384 92.5 -> 95.0, 32768 89.3 -> 91.1; fp16 4096 94.7 -> 95.5, 5120 94.6 ->
+ * 95.2, 8192 92.0 -> 93.8, 16384 92.8 -> 94.9, 32768 90.5 -> 93.6; RMSNorm 16384 bf16 93.8 ->
+ * 96.2, fp16 94.0 -> 96.0. At 2^25-2^26 elements +0.5 to +4.6, but LayerNorm 8192 -3.6 at 4096
+ * rows and level at 8192 (packed_rows_min_elements). */
+/* The warps' sums of a row over WPR warps: each warp's lane 0 posts its K values, and every
+ * thread adds the WPR posts in warp order (the same order on every run). WPR 1: nothing. */
+template <int WPR, int K> __device__ __forceinline__ void warps_sum(float (&v)[K], float *post) {
+  if constexpr (WPR > 1) {
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0)
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        post[j * WPR + warp] = v[j];
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      float t = post[j * WPR];
+#pragma unroll
+      for (int i = 1; i < WPR; ++i)
+        t += post[j * WPR + i];
+      v[j] = t;
+    }
+  }
+}
+
+template <typename T, int VPL, int WPR, bool LN, bool G, bool B>
+__global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) {
+  constexpr int VEC = 8;
+  /* the posts of the warps' sums: LayerNorm's plain sum, then two centred ones (no barrier
+   * between the second posts and the first's reads: they use other slots) */
+  __shared__ float post[3 * WPR];
+  const int lane = WPR > 1 ? threadIdx.x % 32 : threadIdx.x;
+  const int warp = WPR > 1 ? threadIdx.x / 32 : 0;
+  const T *x = (const T *)a.x;
+  T *y = (T *)a.y;
+  const T *gamma = (const T *)a.gamma;
+  const T *beta = (const T *)a.beta;
+  const float inv_n = count_rcp((float)a.cols);
+  const uint32_t zero = (uint32_t)(a.cols < 0); /* 0: the plan takes only cols > 0 */
+  const int64_t row = blockIdx.x;               /* the grid: a CTA a row (plan_forward) */
+  /* vector k of the thread: the CTA's k-th 32 * WPR vectors, warp by warp */
+  uint4 v[VPL];
+#pragma unroll
+  for (int k = 0; k < VPL; ++k)
+    v[k] = *reinterpret_cast<const uint4 *>(x + row * a.x_stride +
+                                            (int64_t)((k * WPR + warp) * 32 + lane) * VEC);
+  float m1 = 0.f; /* LayerNorm: the first mean */
+  if constexpr (LN) {
+    float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int k = 0; k < VPL; ++k) {
+      const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = word_f32<T, 0>(w[e], zero);
+        p[(2 * e) & 3] += f.x;
+        p[(2 * e + 1) & 3] += f.y;
+      }
+    }
+    float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
+    group_sum<32, 1>(s);
+    warps_sum<WPR, 1>(s, post);
+    m1 = s[0] * inv_n;
+  }
+  /* LayerNorm: sum(x - m1) and sum((x - m1)^2); RMSNorm: sum(x^2) */
+  float c2[2] = {0.f, 0.f}, q2[2] = {0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = word_f32 < T, LN ? 1 : 0 > (w[e], zero);
+      const float d0 = f.x - m1, d1 = f.y - m1;
+      if constexpr (LN) {
+        c2[0] += d0;
+        c2[1] += d1;
+      }
+      q2[0] = fmaf(d0, d0, q2[0]);
+      q2[1] = fmaf(d1, d1, q2[1]);
+    }
+  }
+  float rstd, shift, mean_out;
+  if constexpr (LN) {
+    float t[2] = {c2[0] + c2[1], q2[0] + q2[1]};
+    group_sum<32, 2>(t);
+    warps_sum<WPR, 2>(t, post + WPR);
+    const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
+    rstd = st.rstd;
+    shift = -st.c * st.rstd;
+    mean_out = st.m1 + st.c;
+  } else {
+    float t[1] = {q2[0] + q2[1]};
+    group_sum<32, 1>(t);
+    warps_sum<WPR, 1>(t, post);
+    rstd = 1.f / sqrtf(t[0] * inv_n + a.eps);
+    shift = mean_out = 0.f; /* (RMSNorm's mean is stored as 0) */
+  }
+  if (threadIdx.x == 0)
+    store_row_stats(a, row, mean_out, rstd);
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const int64_t col = (int64_t)((k * WPR + warp) * 32 + lane) * VEC;
+    uint4 g4 = make_uint4(0u, 0u, 0u, 0u), b4 = make_uint4(0u, 0u, 0u, 0u);
+    if (G)
+      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(g4.x), "=r"(g4.y), "=r"(g4.z), "=r"(g4.w)
+                   : "l"(gamma + col));
+    if (B)
+      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(b4.x), "=r"(b4.y), "=r"(b4.z), "=r"(b4.w)
+                   : "l"(beta + col));
+    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+    const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w}, bw[4] = {b4.x, b4.y, b4.z, b4.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = word_f32<T, 2>(w[e], zero);
+      const float2 g = G ? word_f32<T, 0>(gw[e], zero) : make_float2(1.f, 1.f);
+      const float2 b = B ? word_f32<T, 0>(bw[e], zero) : make_float2(0.f, 0.f);
+      o[e] = LN ? f32_word<T>(fmaf(fmaf(f.x - m1, rstd, shift), g.x, b.x),
+                              fmaf(fmaf(f.y - m1, rstd, shift), g.y, b.y))
+                : f32_word<T>(fmaf(f.x * rstd, g.x, b.x), fmaf(f.y * rstd, g.y, b.y));
+    }
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(y + row * a.y_stride + col),
+                 "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3])
+                 : "memory");
   }
 }
 
@@ -1494,10 +1691,51 @@ static void (*fwd_stream_pick(bool ln, const Plan &plan))(FwdParams, int64_t, in
             : fwd_stream_minb<T, P, VEC, false>(plan.min_blocks);
 }
 
+/* fwd_rows_packed_kernel for the gamma and beta given: each presence known at compile time
+ * (tested in the loop instead, the compiler hoisted and unswitched the loop's loads and
+ * conversions, and bf16 LayerNorm 4096 ran 92.5% of the copy against 95.6%; session 29). */
+template <typename T, int VPL, int WPR, bool LN>
+static void (*fwd_rows_packed_gb(const FwdParams &a))(FwdParams) {
+  return a.gamma ? (a.beta ? fwd_rows_packed_kernel<T, VPL, WPR, LN, true, true>
+                           : fwd_rows_packed_kernel<T, VPL, WPR, LN, true, false>)
+                 : (a.beta ? fwd_rows_packed_kernel<T, VPL, WPR, LN, false, true>
+                           : fwd_rows_packed_kernel<T, VPL, WPR, LN, false, false>);
+}
+/* ... for the shapes plan_forward takes to it (packed_rows_shape); nullptr for any other */
+template <typename T>
+static void (*fwd_rows_packed_pick(const Plan &plan, const FwdParams &a))(FwdParams) {
+  const int wpr = plan.threads / 32;
+  if (a.layernorm) {
+    if (plan.vpt == 16 && wpr == 1)
+      return fwd_rows_packed_gb<T, 16, 1, true>(a);
+    if (plan.vpt == 20 && wpr == 1)
+      return fwd_rows_packed_gb<T, 20, 1, true>(a);
+    if (plan.vpt == 16 && wpr == 2)
+      return fwd_rows_packed_gb<T, 16, 2, true>(a);
+    if (plan.vpt == 8 && wpr == 8)
+      return fwd_rows_packed_gb<T, 8, 8, true>(a);
+    if (plan.vpt == 16 && wpr == 8)
+      return fwd_rows_packed_gb<T, 16, 8, true>(a);
+    return nullptr;
+  }
+  if (plan.vpt == 8 && wpr == 8)
+    return fwd_rows_packed_gb<T, 8, 8, false>(a);
+  return nullptr;
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
     if constexpr (VEC * sizeof(T) == 16) {
+      if constexpr (sizeof(T) == 2 && std::is_same<T, P>::value)
+        if (plan.packed) { /* fwd_rows_packed_kernel: a row a CTA of plan.threads */
+          void (*k)(FwdParams) = fwd_rows_packed_pick<T>(plan, a);
+          if (!k)
+            return FNORM_ERR_UNSUPPORTED;
+          return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+        }
+      if (plan.packed)
+        return FNORM_ERR_UNSUPPORTED;
       if (plan.variant > 0) { /* fwd_rows_kernel: plan.variant rows a one-warp CTA */
         void (*k)(FwdParams) =
             fwd_rows_pick<T, P, VEC>(a.layernorm != 0, plan.group, plan.vpt, plan.variant);

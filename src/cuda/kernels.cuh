@@ -100,6 +100,8 @@ struct Plan {
                        (no sum of g, no dbeta) where dbeta is not wanted */
   int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
                        staged rows); TIER_RING (from y): beta */
+  int packed;       /* forward TIER_WARP: 1 for fwd_rows_packed_kernel (16-bit rows of vpt
+                       vectors a lane over threads / 32 warps, a row a CTA; packed_rows_shape) */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
@@ -157,6 +159,34 @@ constexpr void rows_form_shape(int64_t nvec, int vec, int elem_bytes, int &lanes
     return;
   }
   vpl = (int)(nvec / lanes);
+}
+
+/* The forward's packed rows form (fwd_rows_packed_kernel) for 16-bit rows of `cols` elements
+ * with 16-bit gamma: 16-byte vectors a lane (vpl) and warps a row (wpr), 0 where it takes
+ * none. LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps, 16384 and 32768 over 8;
+ * RMSNorm 16384 over 8. launchprobe and the A/B run of session 29 (H200, 2^25-2^27
+ * elements) measured these shapes; other lengths were not. */
+constexpr void packed_rows_shape(bool layernorm, int64_t cols, int &vpl, int &wpr) {
+  vpl = wpr = 0;
+  if (layernorm) {
+    if (cols == 4096 || cols == 8192 || cols == 32768)
+      vpl = 16;
+    else if (cols == 5120)
+      vpl = 20;
+    else if (cols == 16384)
+      vpl = 8;
+  } else if (cols == 16384) {
+    vpl = 8;
+  }
+  if (vpl)
+    wpr = (int)(cols / (8 * 32 * vpl));
+}
+
+/* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds), and
+ * for LayerNorm 8192 (over 2 warps) 2^27: the A/B run of session 29 had it 2 points faster at
+ * 16384 rows, level at 8192 and 3.6 slower at 4096. */
+constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols) {
+  return layernorm && cols == 8192 ? (int64_t)1 << 27 : (int64_t)1 << 25;
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each

@@ -165,6 +165,9 @@ struct Tuning {
                                2 (tuning builds) from 2049 vectors */
   int fwd_rows_lanes;       /* tuning builds with fwd_rows 11-18: lanes a row of fwd_rows_kernel
                                (32, or 16: each half-warp its own rows), 0 rows_form_shape's */
+  int fwd_rows_packed;      /* forward: 1 takes the 16-bit rows packed_rows_shape names, with
+                               16-bit gamma and 2^25 elements or more, to fwd_rows_packed_kernel;
+                               0 never */
 };
 
 #ifdef FNORM_TUNING
@@ -177,7 +180,7 @@ int tune_knob(const char *name, int fallback) {
 Tuning tuning() {
   Tuning t = {1,  2,   3, 512, 1024, 512, 16, 8, 9,   11, 1, 1,   1, 4096, 1, 0, 1,
               32, 16,  1, 4,   1,    1,   1,  0, 4,   1,  0, 0,   2, 0,    1, 1, 1,
-              1,  128, 1, 1,   1,    1,   4,  1, 512, 1,  1, 320, 3, 1,    0};
+              1,  128, 1, 1,   1,    1,   4,  1, 512, 1,  1, 320, 3, 1,    0, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -228,6 +231,7 @@ Tuning tuning() {
   t.bwd_stages_1k = tune_knob("FNORM_TUNE_BWD_STAGES1K", t.bwd_stages_1k);
   t.bwd_ring_vpt4 = tune_knob("FNORM_TUNE_BWD_RING_VPT4", t.bwd_ring_vpt4);
   t.fwd_rows_lanes = tune_knob("FNORM_TUNE_FWD_ROWS_LANES", t.fwd_rows_lanes);
+  t.fwd_rows_packed = tune_knob("FNORM_TUNE_FWD_ROWS_PACKED", t.fwd_rows_packed);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -370,6 +374,25 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
+  /* 16-bit rows packed_rows_shape names (LayerNorm 4096-32768, RMSNorm 16384) with 16-bit
+   * gamma, from 2^25 elements on (the rows form's bound: more than L2 holds; LayerNorm 8192 from
+   * 2^27, packed_rows_min_elements): a row a CTA of 1-8 warps, held as 16-bit words
+   * (fwd_rows_packed_kernel). A/B run of session 29 (H200, release
+   * builds, 2^27 elements; see the kernel). */
+  int packed_vpl = 0, packed_wpr = 0;
+  packed_rows_shape(p->norm == FNORM_LAYERNORM, p->cols, packed_vpl, packed_wpr);
+  if (tn.fwd_rows_packed == 1 && packed_vpl && dtype_bytes(p->dtype) == 2 && vec == 8 &&
+      p->param_dtype == p->dtype &&
+      p->rows * p->cols >= packed_rows_min_elements(p->norm == FNORM_LAYERNORM, p->cols) &&
+      p->rows <= kMaxGrid) {
+    pl.tier = TIER_WARP;
+    pl.packed = 1;
+    pl.group = 32 * packed_wpr;
+    pl.vpt = packed_vpl;
+    pl.threads = 32 * packed_wpr;
+    pl.grid = p->rows; /* a CTA a row */
+    return pl;
+  }
   if (nvec <= 256) {
     pl.tier = TIER_WARP;
     pl.vpt = nvec <= 128 ? 4 : 8;
