@@ -157,6 +157,64 @@ template <int PASS> __device__ __forceinline__ float2 bf2f(uint32_t w) {
   }
 }
 
+/* A lane's sums of (x - m) and of (x - m)^2 over its packed bf16 words (sequence PASS); with m
+ * 0, its sum and its sum of squares (the one not used is not computed). */
+template <int VPL, int PASS>
+__device__ __forceinline__ float2 packed_centred(const uint4 (&v)[VPL], float m) {
+  float c0 = 0.f, c1 = 0.f, q0 = 0.f, q1 = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const uint32_t *w = &v[k].x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = bf2f<PASS>(w[e]);
+      const float dx = f.x - m, dy = f.y - m;
+      c0 += dx;
+      c1 += dy;
+      q0 = fmaf(dx, dx, q0);
+      q1 = fmaf(dy, dy, q1);
+    }
+  }
+  return make_float2(c0 + c1, q0 + q1);
+}
+
+/* Both of a pair summed over the warp. */
+__device__ __forceinline__ float2 warp_sum2(float2 t) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    t.x += __shfl_xor_sync(0xffffffffu, t.x, o);
+    t.y += __shfl_xor_sync(0xffffffffu, t.y, o);
+  }
+  return t;
+}
+
+/* A 16-byte vector read where it stands (volatile: not hoisted with the rest of the row's). */
+__device__ __forceinline__ uint4 load_in_place(const uint4 *p) {
+  uint4 u;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p));
+  return u;
+}
+
+/* y of a packed bf16 vector x: ((x - sub) * rstd + shift) * g + b, stored where it stands. */
+__device__ __forceinline__ void store_y_packed(const uint4 &x, const uint4 &g4, const uint4 &b4,
+                                               float sub, float rstd, float shift, uint4 *dst) {
+  const uint32_t *w = &x.x, *gw = &g4.x, *bw = &b4.x;
+  uint4 o;
+  uint32_t *ow = &o.x;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = bf2f<2>(w[e]), g = bf2f<0>(gw[e]), b = bf2f<0>(bw[e]);
+    const __nv_bfloat162 h = __floats2bfloat162_rn(fmaf(fmaf(f.x - sub, rstd, shift), g.x, b.x),
+                                                   fmaf(fmaf(f.y - sub, rstd, shift), g.y, b.y));
+    ow[e] = *reinterpret_cast<const uint32_t *>(&h);
+  }
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(o.x), "r"(o.y), "r"(o.z),
+               "r"(o.w)
+               : "memory");
+}
+
 /* A row of 32 * VPL bf16 vectors a warp, W warps a CTA, the row held packed (bf16, 4 registers
  * a vector) and converted on each pass: LayerNorm (LN: the mean, then the centred squares and
  * their sum's correction) or RMSNorm, gamma and beta (GB) read per row (from L1) or not, mean
@@ -177,56 +235,16 @@ __global__ void __launch_bounds__(32 * W)
     v[k] = s[row * VPR + k * 32 + lane];
   float mean = 0.f, rstd, m1 = 0.f, cm_out = 0.f;
   if constexpr (LN) {
-    float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPL; ++k) {
-      const uint32_t *w = &v[k].x;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = bf2f<0>(w[e]);
-        a0 += f.x;
-        a1 += f.y;
-      }
-    }
-    mean = warp_sum(a0 + a1) * inv_n;
-    float c0 = 0.f, c1 = 0.f, q0 = 0.f, q1 = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPL; ++k) {
-      const uint32_t *w = &v[k].x;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = bf2f<1>(w[e]);
-        const float dx = f.x - mean, dy = f.y - mean;
-        c0 += dx;
-        c1 += dy;
-        q0 = fmaf(dx, dx, q0);
-        q1 = fmaf(dy, dy, q1);
-      }
-    }
-    float c = c0 + c1, q = q0 + q1;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      c += __shfl_xor_sync(0xffffffffu, c, o);
-      q += __shfl_xor_sync(0xffffffffu, q, o);
-    }
+    mean = warp_sum(packed_centred<VPL, 0>(v, 0.f).x) * inv_n;
+    const float2 cq = warp_sum2(packed_centred<VPL, 1>(v, mean));
+    const float c = cq.x, q = cq.y;
     const float cm = c * inv_n;
     m1 = mean;
     cm_out = cm;
     mean += cm;
     rstd = rsqrtf(fmaxf(q * inv_n - cm * cm, 0.f) + 1e-5f);
-  } else {
-    float q0 = 0.f, q1 = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPL; ++k) {
-      const uint32_t *w = &v[k].x;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = bf2f<0>(w[e]);
-        q0 = fmaf(f.x, f.x, q0);
-        q1 = fmaf(f.y, f.y, q1);
-      }
-    }
-    rstd = rsqrtf(warp_sum(q0 + q1) * inv_n + 1e-5f);
+  } else { /* the sum of squares: packed_centred about 0 (its other sum unused) */
+    rstd = rsqrtf(warp_sum(packed_centred<VPL, 0>(v, 0.f).y) * inv_n + 1e-5f);
   }
   if (lane == 0) {
     stats[2 * row] = mean;
@@ -239,29 +257,12 @@ __global__ void __launch_bounds__(32 * W)
   for (int k = 0; k < VPL; ++k) {
     uint4 g4 = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u),
           b4 = make_uint4(0, 0, 0, 0);
-    if constexpr (GB) { /* volatile: loaded where used, not all hoisted to the top */
-      const uint4 *gp = gamma + k * 32 + lane, *bp = beta + k * 32 + lane;
-      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(g4.x), "=r"(g4.y), "=r"(g4.z), "=r"(g4.w)
-                   : "l"(gp));
-      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(b4.x), "=r"(b4.y), "=r"(b4.z), "=r"(b4.w)
-                   : "l"(bp));
+    if constexpr (GB) { /* loaded where used, not all hoisted to the top */
+      g4 = load_in_place(gamma + k * 32 + lane);
+      b4 = load_in_place(beta + k * 32 + lane);
     }
-    const uint32_t *w = &v[k].x, *gw = &g4.x, *bw = &b4.x;
-    uint4 o;
-    uint32_t *ow = &o.x;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = bf2f<2>(w[e]), g = bf2f<0>(gw[e]), b = bf2f<0>(bw[e]);
-      const float fx = ACC ? f.x - m1 : f.x, fy = ACC ? f.y - m1 : f.y;
-      const __nv_bfloat162 h = __floats2bfloat162_rn(fmaf(fmaf(fx, rstd, shift), g.x, b.x),
-                                                     fmaf(fmaf(fy, rstd, shift), g.y, b.y));
-      ow[e] = *reinterpret_cast<const uint32_t *>(&h);
-    }
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(d + row * VPR + k * 32 + lane),
-                 "r"(o.x), "r"(o.y), "r"(o.z), "r"(o.w)
-                 : "memory");
+    /* (sub 0: f - 0.f is f, exactly) */
+    store_y_packed(v[k], g4, b4, ACC ? m1 : 0.f, rstd, shift, d + row * VPR + k * 32 + lane);
   }
 }
 
@@ -283,18 +284,7 @@ __global__ void __launch_bounds__(32 * WPR)
     v[k] = s[row * VPR + (k * WPR + warp) * 32 + lane];
   float m1 = 0.f, rstd, cm = 0.f;
   if constexpr (!RMS) {
-    float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPL; ++k) {
-      const uint32_t *w = &v[k].x;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = bf2f<0>(w[e]);
-        a0 += f.x;
-        a1 += f.y;
-      }
-    }
-    float t = warp_sum(a0 + a1);
+    float t = warp_sum(packed_centred<VPL, 0>(v, 0.f).x);
     if (lane == 0)
       red[0][0][warp] = t;
     __syncthreads();
@@ -304,26 +294,8 @@ __global__ void __launch_bounds__(32 * WPR)
       t += red[0][0][i];
     m1 = t * inv_n;
   }
-  float c0 = 0.f, c1 = 0.f, q0 = 0.f, q1 = 0.f;
-#pragma unroll
-  for (int k = 0; k < VPL; ++k) {
-    const uint32_t *w = &v[k].x;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = bf2f<1>(w[e]);
-      const float dx = f.x - m1, dy = f.y - m1;
-      c0 += dx;
-      c1 += dy;
-      q0 = fmaf(dx, dx, q0);
-      q1 = fmaf(dy, dy, q1);
-    }
-  }
-  float c = c0 + c1, q = q0 + q1;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    c += __shfl_xor_sync(0xffffffffu, c, o);
-    q += __shfl_xor_sync(0xffffffffu, q, o);
-  }
+  float2 cq = warp_sum2(packed_centred<VPL, 1>(v, m1));
+  float c = cq.x, q = cq.y;
   if (lane == 0) {
     red[1][0][warp] = c;
     red[1][1][warp] = q;
@@ -349,27 +321,8 @@ __global__ void __launch_bounds__(32 * WPR)
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
     const int vi = (k * WPR + warp) * 32 + lane;
-    uint4 g4, b4;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(g4.x), "=r"(g4.y), "=r"(g4.z), "=r"(g4.w)
-                 : "l"(gamma + vi));
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(b4.x), "=r"(b4.y), "=r"(b4.z), "=r"(b4.w)
-                 : "l"(beta + vi));
-    const uint32_t *w = &v[k].x, *gw = &g4.x, *bw = &b4.x;
-    uint4 o;
-    uint32_t *ow = &o.x;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = bf2f<2>(w[e]), g = bf2f<0>(gw[e]), b = bf2f<0>(bw[e]);
-      const float fx = RMS ? f.x : f.x - m1, fy = RMS ? f.y : f.y - m1;
-      const __nv_bfloat162 h = __floats2bfloat162_rn(fmaf(fmaf(fx, rstd, shift), g.x, b.x),
-                                                     fmaf(fmaf(fy, rstd, shift), g.y, b.y));
-      ow[e] = *reinterpret_cast<const uint32_t *>(&h);
-    }
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(d + row * VPR + vi), "r"(o.x),
-                 "r"(o.y), "r"(o.z), "r"(o.w)
-                 : "memory");
+    store_y_packed(v[k], load_in_place(gamma + vi), load_in_place(beta + vi), RMS ? 0.f : m1, rstd,
+                   shift, d + row * VPR + vi);
   }
 }
 
@@ -483,6 +436,13 @@ static void inflight(void *src, void *dst, int sms) {
   }
 }
 
+/* gamma then beta, `cols` random bf16 each, and room for `rows` rows' mean and rstd. */
+static void alloc_params(int64_t cols, int64_t rows, uint4 **gb, float **stats) {
+  CK(cudaMalloc(gb, 2 * cols * 2));
+  CK(cudaMalloc(stats, rows * 2 * sizeof(float)));
+  fill<<<64, 256>>>((uint16_t *)*gb, 2 * cols, 777u);
+}
+
 /* The packed mode: rows of 4096, 5120 and 8192 bf16 (2^27 elements), LayerNorm and RMSNorm in
  * the packed rows form, with and without gamma/beta, in CTAs of 1 and 4 warps. */
 static void packed(void *src, void *dst, int sms, bool one) {
@@ -492,9 +452,7 @@ static void packed(void *src, void *dst, int sms, bool one) {
   uint4 *d = (uint4 *)dst;
   uint4 *gb = nullptr;
   float *stats = nullptr;
-  CK(cudaMalloc(&gb, 2 * 8192 * 2));
-  CK(cudaMalloc(&stats, (bytes / 2 / 4096) * 2 * sizeof(float) * 2));
-  fill<<<64, 256>>>((uint16_t *)gb, 2 * 8192, 777u);
+  alloc_params(8192, bytes / 2 / 4096, &gb, &stats);
   const double ref =
       time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
   const double ref2 =
@@ -596,9 +554,7 @@ static void packed_cta(void *src, void *dst) {
   uint4 *d = (uint4 *)dst;
   uint4 *gb = nullptr;
   float *stats = nullptr;
-  CK(cudaMalloc(&gb, 2 * 32768 * 2));
-  CK(cudaMalloc(&stats, (bytes / 2 / 8192) * 2 * sizeof(float)));
-  fill<<<64, 256>>>((uint16_t *)gb, 2 * 32768, 777u);
+  alloc_params(32768, bytes / 2 / 8192, &gb, &stats);
   const double ref =
       time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
   printf("kernel,n,us,pct_of_copy\n");
@@ -663,8 +619,6 @@ int main(int argc, char **argv) {
     const uint4 *s = (const uint4 *)src;
     uint4 *d = (uint4 *)dst;
     const int64_t nvec = bytes / 16;
-    const int64_t rows512 = bytes / 2 / 512; /* rows of 512 bf16 */
-    const int64_t rows4096 = bytes / 2 / 4096;
     struct Res {
       const char *name;
       double us;
@@ -687,36 +641,24 @@ int main(int argc, char **argv) {
     res.push_back({"flat_copy_v4", time_us([&] {
                      flat_copy<4><<<(unsigned)((nvec + 1023) / 1024), 256>>>(s, d, nvec);
                    })});
-    /* rows of 512 bf16 (64 vectors, 2 a lane), 4 rows a warp, as the rows form's RMSNorm 512 */
-    res.push_back({"rows512_copy_w1", time_us([&] {
-                     rows_kernel<2, 4, 1, false>
-                         <<<(unsigned)((rows512 + 3) / 4), 32>>>(s, d, rows512, 1.f / 512);
-                   })});
-    res.push_back({"rows512_rms_w1", time_us([&] {
-                     rows_kernel<2, 4, 1, true>
-                         <<<(unsigned)((rows512 + 3) / 4), 32>>>(s, d, rows512, 1.f / 512);
-                   })});
-    res.push_back({"rows512_copy_w4", time_us([&] {
-                     rows_kernel<2, 4, 4, false>
-                         <<<(unsigned)((rows512 + 15) / 16), 128>>>(s, d, rows512, 1.f / 512);
-                   })});
-    res.push_back({"rows512_rms_w4", time_us([&] {
-                     rows_kernel<2, 4, 4, true>
-                         <<<(unsigned)((rows512 + 15) / 16), 128>>>(s, d, rows512, 1.f / 512);
-                   })});
-    res.push_back({"rows512_rms_w8", time_us([&] {
-                     rows_kernel<2, 4, 8, true>
-                         <<<(unsigned)((rows512 + 31) / 32), 256>>>(s, d, rows512, 1.f / 512);
-                   })});
-    /* rows of 4096 bf16 over one warp (16 vectors a lane), a row a warp */
-    res.push_back({"rows4096_rms_w1", time_us([&] {
-                     rows_kernel<16, 1, 1, true>
-                         <<<(unsigned)rows4096, 32>>>(s, d, rows4096, 1.f / 4096);
-                   })});
-    res.push_back({"rows4096_rms_w4", time_us([&] {
-                     rows_kernel<16, 1, 4, true>
-                         <<<(unsigned)((rows4096 + 3) / 4), 128>>>(s, d, rows4096, 1.f / 4096);
-                   })});
+    /* rows_kernel over rows of N bf16, R rows a warp, W warps a CTA */
+#define ROWS(NAME, N, VPL, R, W, MATH)                                                             \
+  res.push_back({NAME, time_us([&] {                                                               \
+                   const int64_t rows = bytes / 2 / N;                                             \
+                   rows_kernel<VPL, R, W, MATH>                                                    \
+                       <<<(unsigned)((rows + R * W - 1) / (R * W)), 32 * W>>>(s, d, rows,          \
+                                                                              1.f / N);            \
+                 })})
+    /* rows of 512 (64 vectors, 2 a lane), 4 rows a warp, as the rows form's RMSNorm 512 */
+    ROWS("rows512_copy_w1", 512, 2, 4, 1, false);
+    ROWS("rows512_rms_w1", 512, 2, 4, 1, true);
+    ROWS("rows512_copy_w4", 512, 2, 4, 4, false);
+    ROWS("rows512_rms_w4", 512, 2, 4, 4, true);
+    ROWS("rows512_rms_w8", 512, 2, 4, 8, true);
+    /* rows of 4096 over one warp (16 vectors a lane), a row a warp */
+    ROWS("rows4096_rms_w1", 4096, 16, 1, 1, true);
+    ROWS("rows4096_rms_w4", 4096, 16, 1, 4, true);
+#undef ROWS
     const double ref = res[0].us;
     for (const Res &r : res)
       printf("%s,%lld,%.2f,%.1f,%.2f\n", r.name, (long long)bytes, r.us, 2.0 * bytes / r.us / 1e3,
