@@ -365,22 +365,25 @@ static void cuda_sizes(void) {
         break;
     }
   }
-  /* The forward's packed rows form (fwd_rows_packed_kernel): the 16-bit rows packed_rows_shape
-   * names with 16-bit gamma from 2^25 elements (LayerNorm 4096 and 5120 over a warp, 8192 over
-   * 2 warps from 2^27, 16384 and 32768 over 8; RMSNorm 16384 over 8), a row a CTA, held as
-   * 16-bit words.
+  /* The forward's packed rows form (fwd_rows_packed_kernel): the rows packed_rows_shape names
+   * with gamma in their dtype (16-bit LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps
+   * from 2^27 elements, 16384 and 32768 over 8, RMSNorm 16384 over 8, from 2^25; fp32 LayerNorm
+   * 5120 over 5 warps and 8192 over 8, from 2^27, also on both hard inputs), a row a CTA, 16-bit
+   * rows held as their 16-bit words.
    * Each also with aligned strides and no gamma/beta or statistics (forward_cases), then on a 1e4
    * offset (even entries) or with NaN/Inf in some rows (odd ones), and in place (the first two
    * and the RMSNorm ones). fp32 gamma keeps the other tiers (the cases above). Under --quick the
    * first alone. */
   {
-    static const case_shape packed_form[] = {{3, 0, 4096},  {1, 0, 5120},  {1, 0, 4096},
-                                             {3, 0, 5120},  {3, 0, 8192},  {1, 0, 16384},
-                                             {3, 0, 32768}, {3, 1, 16384}, {1, 1, 16384}};
+    static const case_shape packed_form[] = {
+        {3, 0, 4096},  {1, 0, 5120},  {1, 0, 4096},  {3, 0, 5120}, {3, 0, 8192}, {1, 0, 16384},
+        {3, 0, 32768}, {3, 1, 16384}, {1, 1, 16384}, {0, 0, 5120}, {0, 0, 8192}};
     for (s = 0; s < (int)(sizeof packed_form / sizeof packed_form[0]); s++) {
       const int64_t cols = packed_form[s].cols;
       const fnorm_norm norm = norms[packed_form[s].norm];
-      const int64_t min_elements = cols == 8192 ? (int64_t)1 << 27 : (int64_t)1 << 25;
+      const int64_t min_elements =
+          packed_form[s].combo == 0 || (norm == FNORM_LAYERNORM && cols == 8192) ? (int64_t)1 << 27
+                                                                                 : (int64_t)1 << 25;
       const int64_t rows = (min_elements + cols - 1) / cols;
       const fnorm_dtype dt = combos[packed_form[s].combo].dtype;
       forward_cases(packed_form + s, 1, rows, 1);
@@ -389,6 +392,10 @@ static void cuda_sizes(void) {
       tcase c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
       c.input = s % 2 ? INPUT_NONFINITE_X : INPUT_OFFSET_1E4;
       gpu_forward_case("cuda", &c);
+      if (dt == FNORM_DTYPE_F32) { /* fp32: both hard inputs */
+        c.input = s % 2 ? INPUT_OFFSET_1E4 : INPUT_NONFINITE_X;
+        gpu_forward_case("cuda", &c);
+      }
       if (s < 2 || norm == FNORM_RMSNORM) {
         c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
         tcase_apply_layout(&c, 4, 1); /* in place */

@@ -75,18 +75,19 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
               (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
           "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads");
-  /* fwd_rows_packed_kernel: the 16-bit rows packed_rows_shape names with 16-bit gamma, from 2^25
-   * elements (LayerNorm 8192: 2^27; tuning builds: FNORM_TUNE_FWD_ROWS_PACKED=0 leaves them to
-   * the other tiers) */
+  /* fwd_rows_packed_kernel: the 16-byte rows packed_rows_shape names with gamma in their dtype,
+   * from packed_rows_min_elements (tuning builds: FNORM_TUNE_FWD_ROWS_PACKED=0 leaves them to the
+   * other tiers) */
   int packed_vpl = 0, packed_wpr = 0;
-  packed_rows_shape(p.norm == FNORM_LAYERNORM, p.cols, packed_vpl, packed_wpr);
+  const int elem = (int)fnorm_dtype_size(p.dtype);
+  packed_rows_shape(p.norm == FNORM_LAYERNORM, p.cols, elem, packed_vpl, packed_wpr);
   const bool packed_rows =
-      packed_vpl && p.dtype != FNORM_DTYPE_F32 && vec == 8 && p.param_dtype == p.dtype &&
-      p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols) &&
+      packed_vpl && vec * elem == 16 && p.param_dtype == p.dtype &&
+      p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols, elem) &&
       p.rows <= 0x7fffffff;
   require(kTuningBuild ? !pl.packed || packed_rows : !!pl.packed == packed_rows,
-          "forward: the packed rows form on the 16-bit rows packed_rows_shape names with 16-bit "
-          "gamma from 2^25 elements, and there alone");
+          "forward: the packed rows form on the rows packed_rows_shape names with gamma in their "
+          "dtype from packed_rows_min_elements, and there alone");
   if (pl.packed) {
     require(pl.tier == TIER_WARP && pl.vpt == packed_vpl && pl.threads == 32 * packed_wpr &&
                 pl.group == pl.threads && (int64_t)pl.vpt * pl.threads == nvec && !pl.variant &&
@@ -624,7 +625,7 @@ void check_choices() {
                       : "the CTA-per-row kernel");
       }
       p.rows = 4096;
-      if (packed && 4096 * ccols[i] >= packed_rows_min_elements(norm == LN, ccols[i])) {
+      if (packed && 4096 * ccols[i] >= packed_rows_min_elements(norm == LN, ccols[i], 2)) {
         expect(h200, BF16, norm, 4096, ccols[i], false, plan_forward(&p, 8, h200.info).packed == 1,
                "4096 rows of 16384 or more: the packed rows form (2^25 elements)");
       } else {
@@ -645,6 +646,11 @@ void check_choices() {
              fcols[i] == 16384 ? "fp32: the lean form" : "fp32: not the lean form");
       p.norm = LN;
       const Plan pln = plan_forward(&p, 4, h200.info);
+      if (fcols[i] == 8192) { /* the packed rows form over 8 warps (launchprobe) */
+        expect(h200, F32, LN, p.rows, fcols[i], false, pln.packed == 1 && pln.threads == 256,
+               "fp32 LayerNorm 8192: the packed rows form");
+        continue;
+      }
       expect(h200, F32, LN, p.rows, fcols[i], false,
              !!pln.variant == (fcols[i] <= 16384) &&
                  (!pln.variant ||

@@ -16,6 +16,7 @@
  *        rows of 4096-8192, against the copy)
  *        ./launchprobe packed_cta > packed_cta.csv   (the packed form over 2-16 warps a row,
  *        bf16 rows of 8192-32768)
+ *        ./launchprobe f32_cta > f32_cta.csv   (the same shape for fp32 rows of 2048-32768)
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -326,6 +327,89 @@ __global__ void __launch_bounds__(32 * WPR)
   }
 }
 
+/* fp32 rows in registers, a CTA of WPR warps a row, VPL float4s a lane (vector (k * WPR + warp)
+ * * 32 + lane), gamma/beta read where y is computed and y stored in place (volatile), LayerNorm
+ * in the accurate form ((x - m1) - c) or RMSNorm: the packed form's shape for fp32 rows. */
+__device__ __forceinline__ float4 load4_in_place(const float4 *p) {
+  float4 u;
+  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(u.x), "=f"(u.y), "=f"(u.z), "=f"(u.w)
+               : "l"(p));
+  return u;
+}
+
+template <int VPL, int WPR, bool RMS>
+__global__ void __launch_bounds__(32 * WPR)
+    rows_norm_f32_cta(const float4 *__restrict__ s, float4 *__restrict__ d,
+                      const float4 *__restrict__ gamma, const float4 *__restrict__ beta,
+                      float *__restrict__ stats, int64_t rows, float inv_n) {
+  constexpr int VPR = 32 * VPL * WPR;
+  __shared__ float red[3][WPR];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row = blockIdx.x;
+  float4 v[VPL];
+#pragma unroll
+  for (int k = 0; k < VPL; ++k)
+    v[k] = s[row * VPR + (k * WPR + warp) * 32 + lane];
+  float m1 = 0.f;
+  if constexpr (!RMS) {
+    float a = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPL; ++k)
+      a += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    a = warp_sum(a);
+    if (lane == 0)
+      red[0][warp] = a;
+    __syncthreads();
+    a = 0.f;
+#pragma unroll
+    for (int i = 0; i < WPR; ++i)
+      a += red[0][i];
+    m1 = a * inv_n;
+  }
+  float c = 0.f, q = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const float e[4] = {v[k].x - m1, v[k].y - m1, v[k].z - m1, v[k].w - m1};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      c += e[j];
+      q = fmaf(e[j], e[j], q);
+    }
+  }
+  const float2 cq = warp_sum2(make_float2(c, q));
+  if (lane == 0) {
+    red[1][warp] = cq.x;
+    red[2][warp] = cq.y;
+  }
+  __syncthreads();
+  c = q = 0.f;
+#pragma unroll
+  for (int i = 0; i < WPR; ++i) {
+    c += red[1][i];
+    q += red[2][i];
+  }
+  const float cm = RMS ? 0.f : c * inv_n;
+  const float rstd = rsqrtf(fmaxf(q * inv_n - cm * cm, 0.f) + 1e-5f), shift = -cm * rstd;
+  if (threadIdx.x == 0) {
+    stats[2 * row] = m1 + cm;
+    stats[2 * row + 1] = rstd;
+  }
+#pragma unroll
+  for (int k = 0; k < VPL; ++k) {
+    const int vi = (k * WPR + warp) * 32 + lane;
+    const float4 g = load4_in_place(gamma + vi), b = load4_in_place(beta + vi);
+    float4 o;
+    o.x = fmaf(fmaf(v[k].x - m1, rstd, shift), g.x, b.x);
+    o.y = fmaf(fmaf(v[k].y - m1, rstd, shift), g.y, b.y);
+    o.z = fmaf(fmaf(v[k].z - m1, rstd, shift), g.z, b.z);
+    o.w = fmaf(fmaf(v[k].w - m1, rstd, shift), g.w, b.w);
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(d + row * VPR + vi), "f"(o.x),
+                 "f"(o.y), "f"(o.z), "f"(o.w)
+                 : "memory");
+  }
+}
+
 struct Timer {
   cudaEvent_t a, b;
   Timer() {
@@ -587,6 +671,51 @@ static void packed_cta(void *src, void *dst) {
   CK(cudaFree(stats));
 }
 
+/* The fp32 mode: fp32 rows of 2048-32768 (2^27 elements) in registers over 1-32 warps a row,
+ * LayerNorm and RMSNorm with gamma/beta. */
+static void f32_cta(void *src, void *dst) {
+  const int64_t bytes = (int64_t)1 << 29; /* 2^27 fp32 */
+  uint4 *gb = nullptr;
+  float *stats = nullptr;
+  alloc_params(2 * 32768, bytes / 4 / 2048, &gb, &stats); /* 32768 floats each */
+  const float4 *s = (const float4 *)src, *g = (const float4 *)gb, *b = g + 32768 / 4;
+  float4 *d = (float4 *)dst;
+  const double ref =
+      time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  printf("kernel,n,us,pct_of_copy\n");
+  printf("memcpy,0,%.2f,100.00\n", ref);
+#define PF(VPL, WPR, RMS, NAME)                                                                    \
+  do {                                                                                             \
+    const int64_t n = 128 * VPL * WPR, rows = bytes / 4 / n;                                       \
+    const double us = time_us([&] {                                                                \
+      rows_norm_f32_cta<VPL, WPR, RMS>                                                             \
+          <<<(unsigned)rows, 32 * WPR>>>(s, d, g, b, stats, rows, 1.f / n);                        \
+    });                                                                                            \
+    CK(cudaDeviceSynchronize());                                                                   \
+    printf("%s,%lld,%.2f,%.2f\n", NAME, (long long)n, us, 100.0 * ref / us);                       \
+    fflush(stdout);                                                                                \
+  } while (0)
+  PF(16, 1, false, "ln_w1_v16");   /* 2048 */
+  PF(8, 4, false, "ln_w4_v8");     /* 4096 */
+  PF(16, 2, false, "ln_w2_v16");   /* 4096 */
+  PF(10, 4, false, "ln_w4_v10");   /* 5120 */
+  PF(8, 5, false, "ln_w5_v8");     /* 5120 */
+  PF(8, 8, false, "ln_w8_v8");     /* 8192 */
+  PF(16, 4, false, "ln_w4_v16");   /* 8192 */
+  PF(8, 16, false, "ln_w16_v8");   /* 16384 */
+  PF(16, 8, false, "ln_w8_v16");   /* 16384 */
+  PF(8, 32, false, "ln_w32_v8");   /* 32768 */
+  PF(16, 16, false, "ln_w16_v16"); /* 32768 */
+  PF(8, 4, true, "rms_w4_v8");     /* 4096 */
+  PF(8, 5, true, "rms_w5_v8");     /* 5120 */
+  PF(8, 8, true, "rms_w8_v8");     /* 8192 */
+  PF(8, 16, true, "rms_w16_v8");   /* 16384 */
+  PF(16, 16, true, "rms_w16_v16"); /* 32768 */
+#undef PF
+  CK(cudaFree(gb));
+  CK(cudaFree(stats));
+}
+
 int main(int argc, char **argv) {
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
@@ -604,6 +733,10 @@ int main(int argc, char **argv) {
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&gs_per_sm, gs_copy, 256, 0));
   if (argc > 1 && !strcmp(argv[1], "inflight")) {
     inflight(src, dst, sms);
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "f32_cta")) {
+    f32_cta(src, dst);
     return 0;
   }
   if (argc > 1 && !strcmp(argv[1], "packed_cta")) {

@@ -9,8 +9,9 @@
  *                     not persistent, each taking a few rows at once over the whole warp or,
  *                     16-bit rows of 256 and 384 elements, over each half of it.
  *                     fwd_rows_packed_kernel: 16-bit LayerNorm rows of 4096-32768 and RMSNorm
- *                     rows of 16384 (packed_rows_shape), a row a CTA of 1-8 warps, held as
- *                     16-bit words and converted again on each pass.
+ *                     rows of 16384, fp32 LayerNorm rows of 5120 and 8192 (packed_rows_shape),
+ *                     a row a CTA of 1-8 warps in registers, 16-bit rows held as their words
+ *                     and converted again on each pass.
  *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
  *                     there are at least two rows an SM: a CTA per row, not persistent.
  *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192) holds the row only
@@ -392,10 +393,11 @@ template <typename T> __device__ __forceinline__ uint32_t f32_word(float lo, flo
   return w;
 }
 
-/* A 16-bit row a CTA of WPR warps (packed_rows_shape: LayerNorm 4096 and 5120 over one warp,
- * 8192 over 2, 16384 and 32768 over 8; RMSNorm 16384 over 8), not persistent, VPL 16-byte
- * vectors a lane held as their 16-bit words (64-80 registers, where fwd_rows_kernel's floats
- * would take twice that) and converted again on each pass (word_f32): LayerNorm's sum, its sums
+/* A row a CTA of WPR warps (packed_rows_shape: 16-bit LayerNorm 4096 and 5120 over one warp,
+ * 8192 over 2, 16384 and 32768 over 8; 16-bit RMSNorm 16384 over 8; fp32 LayerNorm 5120 over 5
+ * and 8192 over 8), not persistent, VPL 16-byte vectors a lane in registers: a 16-bit row held
+ * as its 16-bit words (64-80 registers, where fwd_rows_kernel's floats would take twice that)
+ * and converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums
  * centred on the first mean (ln_stats), y from (x - m1) - c (the centring's accuracy: y as
  * x * rstd - mean * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and
  * wrong by several ulps on offset rows); RMSNorm's sum of squares, y. The warps' sums meet in
@@ -409,7 +411,9 @@ template <typename T> __device__ __forceinline__ uint32_t f32_word(float lo, flo
  * 91.8 -> 93.8, 16384 92.5 -> 95.0, 32768 89.3 -> 91.1; fp16 4096 94.7 -> 95.5, 5120 94.6 ->
  * 95.2, 8192 92.0 -> 93.8, 16384 92.8 -> 94.9, 32768 90.5 -> 93.6; RMSNorm 16384 bf16 93.8 ->
  * 96.2, fp16 94.0 -> 96.0. At 2^25-2^26 elements +0.5 to +4.6, but LayerNorm 8192 -3.6 at 4096
- * rows and level at 8192 (packed_rows_min_elements). */
+ * rows and level at 8192 (packed_rows_min_elements). fp32 LayerNorm (launchprobe's form, H200,
+ * 2^27 elements): 5120 over 5 warps 98.0% of the copy and 8192 over 8 97.0%, where the lean
+ * form ran 94.1%; fp32 4096, 16384 and 32768 and fp32 RMSNorm were level or slower there. */
 /* The warps' sums of a row over WPR warps: each warp's lane 0 posts its K values, and every
  * thread adds the WPR posts in warp order (the same order on every run). WPR 1: nothing. */
 template <int WPR, int K> __device__ __forceinline__ void warps_sum(float (&v)[K], float *post) {
@@ -431,9 +435,22 @@ template <int WPR, int K> __device__ __forceinline__ void warps_sum(float (&v)[K
   }
 }
 
+/* Pair e of a 16-byte vector as fp32: a 16-bit vector's word e (e < 4, word_f32's sequence
+ * PASS), an fp32 vector's elements 2e and 2e + 1 (e < 2). */
+template <typename T, int PASS>
+__device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (sizeof(T) == 4) {
+    (void)zero;
+    return make_float2(__uint_as_float(w[2 * e]), __uint_as_float(w[2 * e + 1]));
+  } else {
+    return word_f32<T, PASS>(w[e], zero);
+  }
+}
+
 template <typename T, int VPL, int WPR, bool LN, bool G, bool B>
 __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) {
-  constexpr int VEC = 8;
+  constexpr int VEC = 16 / (int)sizeof(T), PAIRS = VEC / 2; /* elements, pairs a vector */
   /* the posts of the warps' sums: LayerNorm's plain sum, then two centred ones (no barrier
    * between the second posts and the first's reads: they use other slots) */
   __shared__ float post[3 * WPR];
@@ -457,10 +474,9 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
     float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < VPL; ++k) {
-      const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = word_f32<T, 0>(w[e], zero);
+      for (int e = 0; e < PAIRS; ++e) {
+        const float2 f = pair_f32<T, 0>(v[k], e, zero);
         p[(2 * e) & 3] += f.x;
         p[(2 * e + 1) & 3] += f.y;
       }
@@ -474,10 +490,10 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
   float c2[2] = {0.f, 0.f}, q2[2] = {0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
-    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = word_f32 < T, LN ? 1 : 0 > (w[e], zero);
+    for (int e = 0; e < PAIRS; ++e) {
+      constexpr int PASS = LN ? 1 : 0; /* (RMSNorm's first pass over the row) */
+      const float2 f = pair_f32<T, PASS>(v[k], e, zero);
       const float d0 = f.x - m1, d1 = f.y - m1;
       if constexpr (LN) {
         c2[0] += d0;
@@ -517,17 +533,22 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
       asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(b4.x), "=r"(b4.y), "=r"(b4.z), "=r"(b4.w)
                    : "l"(beta + col));
-    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-    const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w}, bw[4] = {b4.x, b4.y, b4.z, b4.w};
     uint32_t o[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = word_f32<T, 2>(w[e], zero);
-      const float2 g = G ? word_f32<T, 0>(gw[e], zero) : make_float2(1.f, 1.f);
-      const float2 b = B ? word_f32<T, 0>(bw[e], zero) : make_float2(0.f, 0.f);
-      o[e] = LN ? f32_word<T>(fmaf(fmaf(f.x - m1, rstd, shift), g.x, b.x),
-                              fmaf(fmaf(f.y - m1, rstd, shift), g.y, b.y))
-                : f32_word<T>(fmaf(f.x * rstd, g.x, b.x), fmaf(f.y * rstd, g.y, b.y));
+    for (int e = 0; e < PAIRS; ++e) {
+      const float2 f = pair_f32<T, 2>(v[k], e, zero);
+      const float2 g = G ? pair_f32<T, 0>(g4, e, zero) : make_float2(1.f, 1.f);
+      const float2 b = B ? pair_f32<T, 0>(b4, e, zero) : make_float2(0.f, 0.f);
+      const float y0 =
+          LN ? fmaf(fmaf(f.x - m1, rstd, shift), g.x, b.x) : fmaf(f.x * rstd, g.x, b.x);
+      const float y1 =
+          LN ? fmaf(fmaf(f.y - m1, rstd, shift), g.y, b.y) : fmaf(f.y * rstd, g.y, b.y);
+      if constexpr (sizeof(T) == 4) {
+        o[2 * e] = __float_as_uint(y0);
+        o[2 * e + 1] = __float_as_uint(y1);
+      } else {
+        o[e] = f32_word<T>(y0, y1);
+      }
     }
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(y + row * a.y_stride + col),
                  "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3])
@@ -1705,29 +1726,37 @@ static void (*fwd_rows_packed_gb(const FwdParams &a))(FwdParams) {
 template <typename T>
 static void (*fwd_rows_packed_pick(const Plan &plan, const FwdParams &a))(FwdParams) {
   const int wpr = plan.threads / 32;
-  if (a.layernorm) {
-    if (plan.vpt == 16 && wpr == 1)
-      return fwd_rows_packed_gb<T, 16, 1, true>(a);
-    if (plan.vpt == 20 && wpr == 1)
-      return fwd_rows_packed_gb<T, 20, 1, true>(a);
-    if (plan.vpt == 16 && wpr == 2)
-      return fwd_rows_packed_gb<T, 16, 2, true>(a);
-    if (plan.vpt == 8 && wpr == 8)
+  if constexpr (sizeof(T) == 4) {
+    if (a.layernorm && plan.vpt == 8 && wpr == 5)
+      return fwd_rows_packed_gb<T, 8, 5, true>(a);
+    if (a.layernorm && plan.vpt == 8 && wpr == 8)
       return fwd_rows_packed_gb<T, 8, 8, true>(a);
-    if (plan.vpt == 16 && wpr == 8)
-      return fwd_rows_packed_gb<T, 16, 8, true>(a);
+    return nullptr;
+  } else {
+    if (a.layernorm) {
+      if (plan.vpt == 16 && wpr == 1)
+        return fwd_rows_packed_gb<T, 16, 1, true>(a);
+      if (plan.vpt == 20 && wpr == 1)
+        return fwd_rows_packed_gb<T, 20, 1, true>(a);
+      if (plan.vpt == 16 && wpr == 2)
+        return fwd_rows_packed_gb<T, 16, 2, true>(a);
+      if (plan.vpt == 8 && wpr == 8)
+        return fwd_rows_packed_gb<T, 8, 8, true>(a);
+      if (plan.vpt == 16 && wpr == 8)
+        return fwd_rows_packed_gb<T, 16, 8, true>(a);
+      return nullptr;
+    }
+    if (plan.vpt == 8 && wpr == 8)
+      return fwd_rows_packed_gb<T, 8, 8, false>(a);
     return nullptr;
   }
-  if (plan.vpt == 8 && wpr == 8)
-    return fwd_rows_packed_gb<T, 8, 8, false>(a);
-  return nullptr;
 }
 
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
   if (plan.tier == TIER_WARP) {
     if constexpr (VEC * sizeof(T) == 16) {
-      if constexpr (sizeof(T) == 2 && std::is_same<T, P>::value)
+      if constexpr (std::is_same<T, P>::value)
         if (plan.packed) { /* fwd_rows_packed_kernel: a row a CTA of plan.threads */
           void (*k)(FwdParams) = fwd_rows_packed_pick<T>(plan, a);
           if (!k)

@@ -161,32 +161,38 @@ constexpr void rows_form_shape(int64_t nvec, int vec, int elem_bytes, int &lanes
   vpl = (int)(nvec / lanes);
 }
 
-/* The forward's packed rows form (fwd_rows_packed_kernel) for 16-bit rows of `cols` elements
- * with 16-bit gamma: 16-byte vectors a lane (vpl) and warps a row (wpr), 0 where it takes
- * none. LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps, 16384 and 32768 over 8;
- * RMSNorm 16384 over 8. launchprobe and the A/B run of session 29 (H200, 2^25-2^27
- * elements) measured these shapes; other lengths were not. */
-constexpr void packed_rows_shape(bool layernorm, int64_t cols, int &vpl, int &wpr) {
+/* The forward's packed rows form (fwd_rows_packed_kernel) for 16-byte rows of `cols` elements of
+ * elem_bytes with gamma in their dtype: 16-byte vectors a lane (vpl) and warps a row (wpr), 0
+ * where it takes none. 16-bit LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps, 16384
+ * and 32768 over 8; 16-bit RMSNorm 16384 over 8; fp32 LayerNorm 5120 over 5 warps and 8192 over
+ * 8. launchprobe and the A/B runs of session 29 (H200) measured these shapes; other lengths
+ * were not (fp32 LayerNorm 4096, 16384 and 32768 and fp32 RMSNorm 4096-32768 were level or
+ * slower in launchprobe). */
+constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, int &vpl, int &wpr) {
   vpl = wpr = 0;
-  if (layernorm) {
+  if (elem_bytes == 4) {
+    if (layernorm && (cols == 5120 || cols == 8192))
+      vpl = 8;
+  } else if (elem_bytes == 2 && layernorm) {
     if (cols == 4096 || cols == 8192 || cols == 32768)
       vpl = 16;
     else if (cols == 5120)
       vpl = 20;
     else if (cols == 16384)
       vpl = 8;
-  } else if (cols == 16384) {
+  } else if (elem_bytes == 2 && cols == 16384) {
     vpl = 8;
   }
   if (vpl)
-    wpr = (int)(cols / (8 * 32 * vpl));
+    wpr = (int)(cols / ((16 / elem_bytes) * 32 * vpl));
 }
 
-/* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds), and
- * for LayerNorm 8192 (over 2 warps) 2^27: the A/B run of session 29 had it 2 points faster at
- * 16384 rows, level at 8192 and 3.6 slower at 4096. */
-constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols) {
-  return layernorm && cols == 8192 ? (int64_t)1 << 27 : (int64_t)1 << 25;
+/* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds); for
+ * 16-bit LayerNorm 8192 (over 2 warps) 2^27, since the A/B run of session 29 had it 2 points
+ * faster at 16384 rows, level at 8192 and 3.6 slower at 4096; for fp32 rows 2^27, the size
+ * launchprobe measured them at. */
+constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols, int elem_bytes) {
+  return elem_bytes == 4 || (layernorm && cols == 8192) ? (int64_t)1 << 27 : (int64_t)1 << 25;
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each
