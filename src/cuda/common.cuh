@@ -205,6 +205,24 @@ template <typename T, int VEC> __device__ __forceinline__ void load_vec(const T 
   unpack_f32<T, VEC>(pk, out);
 }
 
+/* Four 32-bit words stored as one st.global.v4 at p (16-byte aligned), where it stands in the
+ * code (volatile: the compiler neither splits nor moves it). */
+__device__ __forceinline__ void store_words_in_place(void *p, const uint32_t (&w)[4]) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+               "r"(w[3])
+               : "memory");
+}
+
+/* A 16-byte vector of read-only data (gamma, beta) read where it stands in the code (volatile:
+ * not hoisted with the rest of a row's loads, which would hold their registers). */
+__device__ __forceinline__ uint4 load_words_in_place(const void *p) {
+  uint4 u;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p));
+  return u;
+}
+
 /* VEC values converted to T and stored at p (aligned to the pack). ONE_STORE: a 16-byte pack goes
  * out as one st.global.v4. Written as a copy of the Pack, the compiler split the stores of some
  * kernels' vectors into 16- and 32-bit stores (ptxas merged them into four 32-bit STGs a vector:
@@ -228,9 +246,7 @@ __device__ __forceinline__ void store_vec(T *p, const float *in) {
   if constexpr (ONE_STORE && sizeof(Pack<T, VEC>) == 16) {
     uint32_t w[4];
     memcpy(w, &pk, 16);
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
-                 "r"(w[2]), "r"(w[3])
-                 : "memory");
+    store_words_in_place(p, w);
   } else {
     *reinterpret_cast<Pack<T, VEC> *>(p) = pk;
   }

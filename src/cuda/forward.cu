@@ -393,27 +393,6 @@ template <typename T> __device__ __forceinline__ uint32_t f32_word(float lo, flo
   return w;
 }
 
-/* A row a CTA of WPR warps (packed_rows_shape: 16-bit LayerNorm 4096 and 5120 over one warp,
- * 8192 over 2, 16384 and 32768 over 8; 16-bit RMSNorm 16384 over 8; fp32 LayerNorm 5120 over 5
- * and 8192 over 8), not persistent, VPL 16-byte vectors a lane in registers: a 16-bit row held
- * as its 16-bit words (64-80 registers, where fwd_rows_kernel's floats would take twice that)
- * and converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums
- * centred on the first mean (ln_stats), y from (x - m1) - c (the centring's accuracy: y as
- * x * rstd - mean * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and
- * wrong by several ulps on offset rows); RMSNorm's sum of squares, y. The warps' sums meet in
- * shared memory (warps_sum). G and B: gamma and beta given (16-bit, as x), read per row where y
- * is computed; they and y's 16-byte stores are volatile, so that the compiler neither hoists all
- * of a row's gamma/beta loads nor sinks its stores, which held their registers; y's pairs are
- * rounded by one paired conversion each (f32_word). No loop over rows (a loop took the rows of
- * 5120 from 114 registers to 168-190).
- * A/B run of session 29 (H200, release builds of 555273a and of this tree alternated, fnbench,
- * 2^27 elements; % of the copy): LayerNorm bf16 4096 92.9 -> 95.6, 5120 93.2 -> 95.5, 8192
- * 91.8 -> 93.8, 16384 92.5 -> 95.0, 32768 89.3 -> 91.1; fp16 4096 94.7 -> 95.5, 5120 94.6 ->
- * 95.2, 8192 92.0 -> 93.8, 16384 92.8 -> 94.9, 32768 90.5 -> 93.6; RMSNorm 16384 bf16 93.8 ->
- * 96.2, fp16 94.0 -> 96.0. At 2^25-2^26 elements +0.5 to +4.6, but LayerNorm 8192 -3.6 at 4096
- * rows and level at 8192 (packed_rows_min_elements). fp32 LayerNorm (launchprobe's form, H200,
- * 2^27 elements): 5120 over 5 warps 98.0% of the copy and 8192 over 8 97.0%, where the lean
- * form ran 94.1%; fp32 4096, 16384 and 32768 and fp32 RMSNorm were level or slower there. */
 /* The warps' sums of a row over WPR warps: each warp's lane 0 posts its K values, and every
  * thread adds the WPR posts in warp order (the same order on every run). WPR 1: nothing. */
 template <int WPR, int K> __device__ __forceinline__ void warps_sum(float (&v)[K], float *post) {
@@ -448,6 +427,27 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
   }
 }
 
+/* A row a CTA of WPR warps (packed_rows_shape: 16-bit LayerNorm 4096 and 5120 over one warp,
+ * 8192 over 2, 16384 and 32768 over 8; 16-bit RMSNorm 16384 over 8; fp32 LayerNorm 5120 over 5
+ * and 8192 over 8), not persistent, VPL 16-byte vectors a lane in registers: a 16-bit row held
+ * as its 16-bit words (64-80 registers, where fwd_rows_kernel's floats would take twice that)
+ * and converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums
+ * centred on the first mean (ln_stats), y from (x - m1) - c (the centring's accuracy: y as
+ * x * rstd - mean * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and
+ * wrong by several ulps on offset rows); RMSNorm's sum of squares, y. The warps' sums meet in
+ * shared memory (warps_sum). G and B: gamma and beta given (in x's dtype), read per row where y
+ * is computed; they and y's 16-byte stores are volatile, so that the compiler neither hoists all
+ * of a row's gamma/beta loads nor sinks its stores, which held their registers; y's pairs are
+ * rounded by one paired conversion each (f32_word). No loop over rows (a loop took the rows of
+ * 5120 from 114 registers to 168-190).
+ * A/B run of session 29 (H200, release builds of 555273a and of this tree alternated, fnbench,
+ * 2^27 elements; % of the copy): LayerNorm bf16 4096 92.9 -> 95.6, 5120 93.2 -> 95.5, 8192
+ * 91.8 -> 93.8, 16384 92.5 -> 95.0, 32768 89.3 -> 91.1; fp16 4096 94.7 -> 95.5, 5120 94.6 ->
+ * 95.2, 8192 92.0 -> 93.8, 16384 92.8 -> 94.9, 32768 90.5 -> 93.6; RMSNorm 16384 bf16 93.8 ->
+ * 96.2, fp16 94.0 -> 96.0. At 2^25-2^26 elements +0.5 to +4.6, but LayerNorm 8192 -3.6 at 4096
+ * rows and level at 8192 (packed_rows_min_elements). fp32 LayerNorm (launchprobe's form, H200,
+ * 2^27 elements): 5120 over 5 warps 98.0% of the copy and 8192 over 8 97.0%, where the lean
+ * form ran 94.1%; fp32 4096, 16384 and 32768 and fp32 RMSNorm were level or slower there. */
 template <typename T, int VPL, int WPR, bool LN, bool G, bool B>
 __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) {
   constexpr int VEC = 16 / (int)sizeof(T), PAIRS = VEC / 2; /* elements, pairs a vector */
@@ -526,13 +526,9 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
     const int64_t col = (int64_t)((k * WPR + warp) * 32 + lane) * VEC;
     uint4 g4 = make_uint4(0u, 0u, 0u, 0u), b4 = make_uint4(0u, 0u, 0u, 0u);
     if (G)
-      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(g4.x), "=r"(g4.y), "=r"(g4.z), "=r"(g4.w)
-                   : "l"(gamma + col));
+      g4 = load_words_in_place(gamma + col);
     if (B)
-      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(b4.x), "=r"(b4.y), "=r"(b4.z), "=r"(b4.w)
-                   : "l"(beta + col));
+      b4 = load_words_in_place(beta + col);
     uint32_t o[4];
 #pragma unroll
     for (int e = 0; e < PAIRS; ++e) {
@@ -550,9 +546,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
         o[e] = f32_word<T>(y0, y1);
       }
     }
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(y + row * a.y_stride + col),
-                 "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3])
-                 : "memory");
+    store_words_in_place(y + row * a.y_stride + col, o);
   }
 }
 

@@ -100,7 +100,7 @@ struct Plan {
                        (no sum of g, no dbeta) where dbeta is not wanted */
   int param_smem;   /* TIER_WARP: gamma/beta read from shared memory (16-byte rows; forward:
                        staged rows); TIER_RING (from y): beta */
-  int packed;       /* forward TIER_WARP: 1 for fwd_rows_packed_kernel (16-bit rows of vpt
+  int packed;       /* forward TIER_WARP: 1 for fwd_rows_packed_kernel (16-byte rows of vpt
                        vectors a lane over threads / 32 warps, a row a CTA; packed_rows_shape) */
   int threads;      /* CTA size */
   int64_t grid;     /* CTAs launched */

@@ -165,9 +165,9 @@ struct Tuning {
                                2 (tuning builds) from 2049 vectors */
   int fwd_rows_lanes;       /* tuning builds with fwd_rows 11-18: lanes a row of fwd_rows_kernel
                                (32, or 16: each half-warp its own rows), 0 rows_form_shape's */
-  int fwd_rows_packed;      /* forward: 1 takes the 16-bit rows packed_rows_shape names, with
-                               16-bit gamma and 2^25 elements or more, to fwd_rows_packed_kernel;
-                               0 never */
+  int fwd_rows_packed;      /* forward: 1 takes the rows packed_rows_shape names, with gamma in
+                               their dtype, from packed_rows_min_elements, to
+                               fwd_rows_packed_kernel; 0 never */
 };
 
 #ifdef FNORM_TUNING
@@ -376,9 +376,9 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int64_t nvec = p->cols / vec;
   /* Rows packed_rows_shape names (16-bit LayerNorm 4096-32768 and RMSNorm 16384, fp32 LayerNorm
    * 5120 and 8192) with gamma in their dtype, from 2^25 elements on (the rows form's bound: more
-   * than L2 holds; LayerNorm 8192 from 2^27, packed_rows_min_elements): a row a CTA of 1-8 warps,
-   * held as 16-bit words (fwd_rows_packed_kernel). A/B run of session 29 (H200, release builds,
-   * 2^27 elements; see the kernel). */
+   * than L2 holds; 16-bit LayerNorm 8192 and fp32 rows from 2^27, packed_rows_min_elements): a
+   * row a CTA of 1-8 warps in registers, 16-bit rows as their words (fwd_rows_packed_kernel). A/B
+   * run of session 29 (H200, release builds, 2^27 elements; see the kernel). */
   int packed_vpl = 0, packed_wpr = 0;
   const int elem = (int)dtype_bytes(p->dtype);
   packed_rows_shape(p->norm == FNORM_LAYERNORM, p->cols, elem, packed_vpl, packed_wpr);
