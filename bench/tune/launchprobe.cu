@@ -466,6 +466,17 @@ static size_t smem_for(int ctas) {
   return ctas ? (size_t)(225 * 1024 / ctas) & ~(size_t)1023 : 0;
 }
 
+/* cudaMemcpyAsync of `bytes` device to device: us a copy (time_us). */
+static double memcpy_us(void *dst, const void *src, int64_t bytes) {
+  return time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+}
+
+/* A row of the packed modes' CSV (kernel,n,us,pct_of_copy), against the copy's us. */
+static void print_row(const char *name, int64_t n, double us, double copy_us) {
+  printf("%s,%lld,%.2f,%.2f\n", name, (long long)n, us, 100.0 * copy_us / us);
+  fflush(stdout);
+}
+
 /* The in-flight mode: copies of 2^28 bytes a side (2^27 bf16) in shapes that hold different
  * bytes in flight an SM (resident threads x vectors a thread x 16). */
 static void inflight(void *src, void *dst, int sms) {
@@ -473,8 +484,7 @@ static void inflight(void *src, void *dst, int sms) {
   const uint4 *s = (const uint4 *)src;
   uint4 *d = (uint4 *)dst;
   const int64_t nvec = bytes / 16, rows512 = bytes / 2 / 512;
-  const double ref =
-      time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  const double ref = memcpy_us(dst, src, bytes);
   printf("kernel,ctas_an_sm_cap,ctas_an_sm,kib_in_flight_an_sm,us,pct_of_memcpy\n");
   printf("memcpy,0,0,0,%.2f,100.00\n", ref);
   auto row = [&](const char *name, int cap, int resident, double kib, double us) {
@@ -537,18 +547,12 @@ static void packed(void *src, void *dst, int sms, bool one) {
   uint4 *gb = nullptr;
   float *stats = nullptr;
   alloc_params(8192, bytes / 2 / 4096, &gb, &stats);
-  const double ref =
-      time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  const double ref = memcpy_us(dst, src, bytes);
   const double ref2 =
-      time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes - (1 << 20), cudaMemcpyDeviceToDevice)); }) *
-      (double)bytes / (double)(bytes - (1 << 20));
+      memcpy_us(dst, src, bytes - (1 << 20)) * (double)bytes / (double)(bytes - (1 << 20));
   const double best = ref < ref2 ? ref : ref2;
   printf("kernel,n,us,pct_of_copy\n");
-  printf("memcpy,0,%.2f,%.2f\n", ref, 100.0 * best / ref);
-  auto row = [&](const char *name, int n, double us) {
-    printf("%s,%d,%.2f,%.2f\n", name, n, us, 100.0 * best / us);
-    fflush(stdout);
-  };
+  print_row("memcpy", 0, ref, best);
   /* the worst error of y's row 1 against a double reference, in bf16 units of y's magnitude */
   auto check = [&](int n, bool ln, bool with_gb) {
     std::vector<uint16_t> hx(n), hy(n), hg(n), hb(n);
@@ -577,54 +581,41 @@ static void packed(void *src, void *dst, int sms, bool one) {
     }
     return worst;
   };
-#define PK(VPL, W, LN, GB, NAME)                                                                   \
+#define PK(VPL, W, LN, GB, ACC, NAME)                                                              \
   do {                                                                                             \
     const int64_t rows = bytes / 2 / (256 * VPL);                                                  \
     const uint4 *g = gb, *b = gb + 8192 / 8;                                                       \
     const double us = time_us([&] {                                                                \
-      rows_norm_packed<VPL, W, LN, GB><<<(unsigned)((rows + W - 1) / W), 32 * W>>>(                \
+      rows_norm_packed<VPL, W, LN, GB, ACC><<<(unsigned)((rows + W - 1) / W), 32 * W>>>(           \
           s, d, g, b, stats, rows, 1.f / (256 * VPL));                                             \
     });                                                                                            \
     CK(cudaDeviceSynchronize());                                                                   \
-    row(NAME, 256 * VPL, us);                                                                      \
+    print_row(NAME, 256 * VPL, us, best);                                                          \
     fprintf(stderr, "%s %d: error %.3f bf16 ulps\n", NAME, 256 * VPL, check(256 * VPL, LN, GB));   \
   } while (0)
-#define PK2(VPL, NAME)                                                                             \
-  do {                                                                                             \
-    const int64_t rows = bytes / 2 / (256 * VPL);                                                  \
-    const uint4 *g = gb, *b = gb + 8192 / 8;                                                       \
-    const double us = time_us([&] {                                                                \
-      rows_norm_packed<VPL, 1, true, true, true>                                                   \
-          <<<(unsigned)rows, 32>>>(s, d, g, b, stats, rows, 1.f / (256 * VPL));                    \
-    });                                                                                            \
-    CK(cudaDeviceSynchronize());                                                                   \
-    row(NAME, 256 * VPL, us);                                                                      \
-    fprintf(stderr, "%s %d: error %.3f bf16 ulps\n", NAME, 256 * VPL,                              \
-            check(256 * VPL, true, true));                                                         \
-  } while (0)
   if (one) { /* the LayerNorm kernels with gamma/beta at 4096 alone (for ncu) */
-    PK(16, 1, true, true, "ln_gb_w1");
-    PK2(16, "ln_gb_acc_w1");
-    PK2(20, "ln_gb_acc_w1");
+    PK(16, 1, true, true, false, "ln_gb_w1");
+    PK(16, 1, true, true, true, "ln_gb_acc_w1");
+    PK(20, 1, true, true, true, "ln_gb_acc_w1");
     return;
   }
-  PK(16, 1, false, false, "rms_w1");
-  PK(16, 4, false, false, "rms_w4");
-  PK(16, 1, false, true, "rms_gb_w1");
-  PK(16, 4, false, true, "rms_gb_w4");
-  PK(16, 1, true, false, "ln_w1");
-  PK(16, 4, true, false, "ln_w4");
-  PK(16, 1, true, true, "ln_gb_w1");
-  PK(16, 4, true, true, "ln_gb_w4");
-  PK(16, 2, true, true, "ln_gb_w2");
-  PK(20, 1, true, true, "ln_gb_w1");
-  PK(20, 4, true, true, "ln_gb_w4");
-  PK(20, 1, false, true, "rms_gb_w1");
-  PK(20, 4, false, true, "rms_gb_w4");
-  PK(32, 1, true, true, "ln_gb_w1");
-  PK(32, 4, true, true, "ln_gb_w4");
-  PK(32, 1, false, true, "rms_gb_w1");
-  PK(32, 4, false, true, "rms_gb_w4");
+  PK(16, 1, false, false, false, "rms_w1");
+  PK(16, 4, false, false, false, "rms_w4");
+  PK(16, 1, false, true, false, "rms_gb_w1");
+  PK(16, 4, false, true, false, "rms_gb_w4");
+  PK(16, 1, true, false, false, "ln_w1");
+  PK(16, 4, true, false, false, "ln_w4");
+  PK(16, 1, true, true, false, "ln_gb_w1");
+  PK(16, 4, true, true, false, "ln_gb_w4");
+  PK(16, 2, true, true, false, "ln_gb_w2");
+  PK(20, 1, true, true, false, "ln_gb_w1");
+  PK(20, 4, true, true, false, "ln_gb_w4");
+  PK(20, 1, false, true, false, "rms_gb_w1");
+  PK(20, 4, false, true, false, "rms_gb_w4");
+  PK(32, 1, true, true, false, "ln_gb_w1");
+  PK(32, 4, true, true, false, "ln_gb_w4");
+  PK(32, 1, false, true, false, "rms_gb_w1");
+  PK(32, 4, false, true, false, "rms_gb_w4");
 #undef PK
   CK(cudaFree(gb));
   CK(cudaFree(stats));
@@ -639,10 +630,9 @@ static void packed_cta(void *src, void *dst) {
   uint4 *gb = nullptr;
   float *stats = nullptr;
   alloc_params(32768, bytes / 2 / 8192, &gb, &stats);
-  const double ref =
-      time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  const double ref = memcpy_us(dst, src, bytes);
   printf("kernel,n,us,pct_of_copy\n");
-  printf("memcpy,0,%.2f,100.00\n", ref);
+  print_row("memcpy", 0, ref, ref);
 #define PC(VPL, WPR, RMS, NAME)                                                                    \
   do {                                                                                             \
     const int64_t n = 256 * VPL * WPR, rows = bytes / 2 / n;                                       \
@@ -651,8 +641,7 @@ static void packed_cta(void *src, void *dst) {
           <<<(unsigned)rows, 32 * WPR>>>(s, d, gb, gb + 32768 / 8, stats, rows, 1.f / n);          \
     });                                                                                            \
     CK(cudaDeviceSynchronize());                                                                   \
-    printf("%s,%lld,%.2f,%.2f\n", NAME, (long long)n, us, 100.0 * ref / us);                       \
-    fflush(stdout);                                                                                \
+    print_row(NAME, n, us, ref);                                                                   \
   } while (0)
   PC(16, 1, false, "ln_w1_v16");
   PC(16, 2, false, "ln_w2_v16");
@@ -680,10 +669,9 @@ static void f32_cta(void *src, void *dst) {
   alloc_params(2 * 32768, bytes / 4 / 2048, &gb, &stats); /* 32768 floats each */
   const float4 *s = (const float4 *)src, *g = (const float4 *)gb, *b = g + 32768 / 4;
   float4 *d = (float4 *)dst;
-  const double ref =
-      time_us([&] { CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+  const double ref = memcpy_us(dst, src, bytes);
   printf("kernel,n,us,pct_of_copy\n");
-  printf("memcpy,0,%.2f,100.00\n", ref);
+  print_row("memcpy", 0, ref, ref);
 #define PF(VPL, WPR, RMS, NAME)                                                                    \
   do {                                                                                             \
     const int64_t n = 128 * VPL * WPR, rows = bytes / 4 / n;                                       \
@@ -692,8 +680,7 @@ static void f32_cta(void *src, void *dst) {
           <<<(unsigned)rows, 32 * WPR>>>(s, d, g, b, stats, rows, 1.f / n);                        \
     });                                                                                            \
     CK(cudaDeviceSynchronize());                                                                   \
-    printf("%s,%lld,%.2f,%.2f\n", NAME, (long long)n, us, 100.0 * ref / us);                       \
-    fflush(stdout);                                                                                \
+    print_row(NAME, n, us, ref);                                                                   \
   } while (0)
   PF(16, 1, false, "ln_w1_v16");   /* 2048 */
   PF(8, 4, false, "ln_w4_v8");     /* 4096 */
@@ -757,12 +744,8 @@ int main(int argc, char **argv) {
       double us;
     };
     std::vector<Res> res;
-    res.push_back({"memcpy", time_us([&] {
-                     CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
-                   })});
-    res.push_back({"memcpy_less_1MiB", time_us([&] {
-                     CK(cudaMemcpyAsync(dst, src, bytes - (1 << 20), cudaMemcpyDeviceToDevice));
-                   })});
+    res.push_back({"memcpy", memcpy_us(dst, src, bytes)});
+    res.push_back({"memcpy_less_1MiB", memcpy_us(dst, src, bytes - (1 << 20))});
     res.back().us *= (double)bytes / (double)(bytes - (1 << 20)); /* scaled to the full bytes */
     res.push_back(
         {"gs_copy_resident", time_us([&] { gs_copy<<<gs_per_sm * sms, 256>>>(s, d, nvec); })});
