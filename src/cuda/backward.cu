@@ -212,6 +212,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
   /* FROM_Y >= 0: a.from_y fixed at compile time (bwd_warp_built), as in bwd_ring_kernel; RMS
    * as there (RMSNorm rows from x without dbeta). */
   const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
+  pdl_allow_dependents();
   constexpr int EPT = VEC * VPT;
   constexpr int SPAN = GROUP > 32 ? GROUP : 32; /* threads that share the loop's row base */
   constexpr int ROWS_PER_SPAN = SPAN / GROUP;
@@ -458,6 +459,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
 template <typename T, typename P, int VEC, int VPT>
 __global__ void __launch_bounds__(512, 1)
     bwd_reg_kernel(BwdParams a, int64_t chunk_vecs, int csplit) {
+  pdl_allow_dependents();
   constexpr int EPT = VEC * VPT;
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   __shared__ ReduceSmem<2> red;
@@ -659,6 +661,7 @@ __global__ void __launch_bounds__(512, 1)
    * rows from x without dbeta (launch_backward), so without the first sum and the dbeta
    * accumulators. */
   const int from_y = FROM_Y >= 0 ? FROM_Y : a.from_y;
+  pdl_allow_dependents();
   constexpr int EPT = VEC * VPT;
   constexpr int GPT = RESIDENT ? 1 : EPT; /* gamma held in registers */
   typedef Pack<T, VEC> V;
@@ -943,6 +946,7 @@ __global__ void bwd_rowsum_kernel(const float *rowpart, int64_t rows, int64_t nc
 template <typename T, typename P, int VEC>
 __global__ void __launch_bounds__(256)
     bwd_colpass_kernel(BwdParams a, const float *rowsum, int64_t rows_per_part) {
+  pdl_allow_dependents();
   const int64_t nvec = a.cols / VEC;
   const int64_t ncb = (nvec + blockDim.x - 1) / blockDim.x;
   const int64_t part = blockIdx.x / ncb;
@@ -998,6 +1002,7 @@ __global__ void __launch_bounds__(1024)
   P *out = blockIdx.y == 0 ? dgamma : dbeta;
   if (!out) /* uniform over the block */
     return;
+  pdl_wait_prerequisites(); /* the row kernel's partials (launch_backward) */
   const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const float *src = partial + (int64_t)blockIdx.y * nparts * cols;
   float s = 0.f;
@@ -1254,6 +1259,13 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
   cfg.gridDim = dim3((unsigned)blocks, 2, 1); /* y: dgamma, dbeta */
   cfg.blockDim = dim3((unsigned)fcols, (unsigned)lanes, 1);
   cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (plan.fin_pdl) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
   if (cudaLaunchKernelEx(&cfg, finalize_kernel<P>, (const float *)a.partial, a.nparts, a.cols,
                          (P *)dgamma, (P *)dbeta) != cudaSuccess)
     return FNORM_ERR_CUDA;

@@ -323,6 +323,23 @@ template <int N> __device__ __forceinline__ float tree_sum(const float *a) {
     return tree_sum<N / 2>(a) + tree_sum<N - N / 2>(a + N / 2);
 }
 
+/* Programmatic dependent launch (sm_90; no-ops before). The backward's row kernels let the
+ * dgamma/dbeta finalize, launched with programmatic stream serialization, be scheduled as soon as
+ * every one of their CTAs has started, so that its launch overlaps their work instead of
+ * following their end; the finalize then waits in pdl_wait_prerequisites until they have all
+ * finished and their partials are visible (griddepcontrol.wait: the whole grid, memory
+ * included). A kernel launched without the attribute returns from the wait at once. */
+__device__ __forceinline__ void pdl_allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* Barrier of `count` threads (a multiple of 32) on hardware barrier `id` (1 to 15; 0 is
  * __syncthreads'): orders the shared-memory accesses of just those threads. */
 __device__ __forceinline__ void named_barrier(int id, int count) {

@@ -108,6 +108,8 @@ struct Plan {
   size_t smem;      /* dynamic shared memory per CTA */
   int64_t nparts;   /* backward: dgamma/dbeta partial rows */
   int fin_cols;     /* backward: columns a block of the dgamma/dbeta finalize (16 or 32) */
+  int fin_pdl;      /* backward (sm_90): the finalize launched as a programmatic dependent of the
+                       row kernel (pdl_allow_dependents) */
   /* TIER_STREAM (backward) */
   int64_t nchunks;                          /* row chunks per row in the first kernel */
   int64_t rows_per_part;                    /* rows per column-pass CTA */
@@ -189,10 +191,11 @@ constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, i
 
 /* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds); for
  * 16-bit LayerNorm 8192 (over 2 warps) 2^27, since the A/B run of session 29 had it 2 points
- * faster at 16384 rows, level at 8192 and 3.6 slower at 4096; for fp32 rows 2^27, the size
- * launchprobe measured them at. */
+ * faster at 16384 rows, level at 8192 and 3.6 slower at 4096. fp32 LayerNorm (A/B run of
+ * session 30, H200, release builds, % of the copy): 5120 at 6553 rows 92.5 -> 92.3, 13107 rows
+ * 94.0 -> 97.0, 26214 rows 94.7 -> 97.5; 8192 at 4096 rows 91.6 -> 93.5, 8192 rows 93.6 -> 96.0. */
 constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols, int elem_bytes) {
-  return elem_bytes == 4 || (layernorm && cols == 8192) ? (int64_t)1 << 27 : (int64_t)1 << 25;
+  return layernorm && cols == 8192 && elem_bytes == 2 ? (int64_t)1 << 27 : (int64_t)1 << 25;
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each

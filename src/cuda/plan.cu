@@ -168,6 +168,8 @@ struct Tuning {
   int fwd_rows_packed;      /* forward: 1 takes the rows packed_rows_shape names, with gamma in
                                their dtype, from packed_rows_min_elements, to
                                fwd_rows_packed_kernel; 0 never */
+  int bwd_fin_pdl;          /* backward (sm_90): 1 the finalize a programmatic dependent launch,
+                               0 an ordinary one */
 };
 
 #ifdef FNORM_TUNING
@@ -180,7 +182,7 @@ int tune_knob(const char *name, int fallback) {
 Tuning tuning() {
   Tuning t = {1,  2,   3, 512, 1024, 512, 16, 8, 9,   11, 1, 1,   1, 4096, 1, 0, 1,
               32, 16,  1, 4,   1,    1,   1,  0, 4,   1,  0, 0,   2, 0,    1, 1, 1,
-              1,  128, 1, 1,   1,    1,   4,  1, 512, 1,  1, 320, 3, 1,    0, 1};
+              1,  128, 1, 1,   1,    1,   4,  1, 512, 1,  1, 320, 3, 1,    0, 1, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -232,6 +234,7 @@ Tuning tuning() {
   t.bwd_ring_vpt4 = tune_knob("FNORM_TUNE_BWD_RING_VPT4", t.bwd_ring_vpt4);
   t.fwd_rows_lanes = tune_knob("FNORM_TUNE_FWD_ROWS_LANES", t.fwd_rows_lanes);
   t.fwd_rows_packed = tune_knob("FNORM_TUNE_FWD_ROWS_PACKED", t.fwd_rows_packed);
+  t.bwd_fin_pdl = tune_knob("FNORM_TUNE_BWD_FIN_PDL", t.bwd_fin_pdl);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -376,7 +379,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const int64_t nvec = p->cols / vec;
   /* Rows packed_rows_shape names (16-bit LayerNorm 4096-32768 and RMSNorm 16384, fp32 LayerNorm
    * 5120 and 8192) with gamma in their dtype, from 2^25 elements on (the rows form's bound: more
-   * than L2 holds; 16-bit LayerNorm 8192 and fp32 rows from 2^27, packed_rows_min_elements): a
+   * than L2 holds; 16-bit LayerNorm 8192 from 2^27, packed_rows_min_elements): a
    * row a CTA of 1-8 warps in registers, 16-bit rows as their words (fwd_rows_packed_kernel). A/B
    * run of session 29 (H200, release builds, 2^27 elements; see the kernel). */
   int packed_vpl = 0, packed_wpr = 0;
@@ -926,6 +929,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   pl.fin_cols = tn.bwd_fin_cols == 16 || tn.bwd_fin_cols == 32
                     ? tn.bwd_fin_cols
                     : (p->cols < 8 * (int64_t)dev.sm_count ? 16 : 32);
+  pl.fin_pdl = dev.cc_major >= 9 && tn.bwd_fin_pdl;
   /* Workspace: partials, then (stream tier) per-chunk and per-row sums; 256-byte aligned. */
   size_t off = 0;
   pl.ws_partial = off;
