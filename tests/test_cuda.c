@@ -368,7 +368,7 @@ static void cuda_sizes(void) {
   /* The forward's packed rows form (fwd_rows_packed_kernel): the rows packed_rows_shape names
    * with gamma in their dtype (16-bit LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps
    * from 2^27 elements, 16384 and 32768 over 8, RMSNorm 16384 over 8, from 2^25; fp32 LayerNorm
-   * 5120 over 5 warps and 8192 over 8, from 2^27, also on both hard inputs), a row a CTA, 16-bit
+   * 5120 over 5 warps and 8192 over 8, from 2^25, also on both hard inputs), a row a CTA, 16-bit
    * rows held as their 16-bit words.
    * Each also with aligned strides and no gamma/beta or statistics (forward_cases), then on a 1e4
    * offset (even entries) or with NaN/Inf in some rows (odd ones), and in place (the first two
@@ -382,8 +382,8 @@ static void cuda_sizes(void) {
       const int64_t cols = packed_form[s].cols;
       const fnorm_norm norm = norms[packed_form[s].norm];
       const int64_t min_elements =
-          packed_form[s].combo == 0 || (norm == FNORM_LAYERNORM && cols == 8192) ? (int64_t)1 << 27
-                                                                                 : (int64_t)1 << 25;
+          packed_form[s].combo != 0 && norm == FNORM_LAYERNORM && cols == 8192 ? (int64_t)1 << 27
+                                                                               : (int64_t)1 << 25;
       const int64_t rows = (min_elements + cols - 1) / cols;
       const fnorm_dtype dt = combos[packed_form[s].combo].dtype;
       forward_cases(packed_form + s, 1, rows, 1);
@@ -461,6 +461,49 @@ static void cuda_sizes(void) {
         tcase_apply_layout(&c, 3, 1);
         gpu_case("cuda", &c);
       }
+    }
+  }
+  /* The backward's batch tier (bwd_batch_kernel, sm_90, from x; batch_shape): 16-bit
+   * LayerNorm and RMSNorm rows of 5120 (4 rows a round) and 8192 (2) with 16-bit gamma, from
+   * 2^25 elements; 8192 with one row more, so that the last round has a row past the last
+   * (5120: 6554 rows, two past). The backward from x only (from y takes other tiers), each also
+   * with aligned strided rows (with a gap) and no gamma/beta, and on a 1e4 offset (even entries)
+   * or with NaN/Inf in dy (odd ones); the first two also without dx and with dx alone (the
+   * kernel's two early exits); RMSNorm also without dbeta (the kernel's RMS form; with dbeta the
+   * general one). Under --quick the first alone. */
+  {
+    static const case_shape batch[] = {{3, 0, 5120}, {1, 0, 8192}, {1, 1, 5120},
+                                       {3, 1, 8192}, {1, 0, 5120}, {3, 0, 8192}};
+    for (s = 0; s < (int)(sizeof batch / sizeof batch[0]); s++) {
+      const int64_t cols = batch[s].cols;
+      const int64_t rows = (((int64_t)1 << 25) + cols - 1) / cols + (cols == 8192);
+      const fnorm_norm norm = norms[batch[s].norm];
+      const fnorm_dtype dt = combos[batch[s].combo].dtype;
+      tcase c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
+      c.bwd_y = 0;
+      gpu_case("cuda", &c);
+      if (g_opt.quick)
+        break;
+      if (s < 2) {
+        c.dx = 0;
+        gpu_case("cuda", &c);
+        c.dx = 1;
+        c.dgamma = c.dbeta = 0;
+        gpu_case("cuda", &c);
+        c.dgamma = c.dbeta = 1;
+      }
+      if (norm == FNORM_RMSNORM) {
+        c.dbeta = 0;
+        gpu_case("cuda", &c);
+        c.dbeta = 1;
+      }
+      tcase_apply_layout(&c, 3, 1);
+      c.gamma = c.beta = 0;
+      gpu_case("cuda", &c);
+      c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
+      c.bwd_y = 0;
+      c.input = s % 2 ? INPUT_NONFINITE_DY : INPUT_OFFSET_1E4;
+      gpu_case("cuda", &c);
     }
   }
   if (!g_opt.quick) {

@@ -46,9 +46,9 @@ const Pair kPairs[] = {{FNORM_DTYPE_F32, FNORM_DTYPE_F32, 4},
                        {FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 2}};
 
 int g_passed = 0, g_failed = 0;
-/* Backward plans by tier (warp, of which clustered, ring, row, stream): printed at the end, so a
- * run shows which tiers it covered. */
-long g_bwd_tiers[5];
+/* Backward plans by tier (warp, of which clustered, ring, row, stream, batch): printed at the
+ * end, so a run shows which tiers it covered. */
+long g_bwd_tiers[6];
 char g_why[256]; /* the first broken invariant of the plan being checked */
 
 bool is_pow2(int64_t v) {
@@ -281,10 +281,15 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
   require(pl.vec == vec, "backward: the plan's width is the one asked for");
   require(pl.nparts >= 1, "backward: at least one partial row");
   require(pl.fin_cols == 16 || pl.fin_cols == 32, "backward finalize: 16 or 32 columns a block");
-  require(!pl.rms_form || (p.norm == FNORM_RMSNORM &&
-                           ((pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING)),
+  require(!pl.rms_form ||
+              (p.norm == FNORM_RMSNORM && ((pl.tier == TIER_WARP && pl.cluster <= 1) ||
+                                           pl.tier == TIER_RING || pl.tier == TIER_BATCH)),
           "backward: the RMS form only for RMSNorm, on the kernels that have it");
-  ++g_bwd_tiers[pl.tier == TIER_WARP ? 0 : pl.tier == TIER_RING ? 2 : pl.tier == TIER_ROW ? 3 : 4];
+  ++g_bwd_tiers[pl.tier == TIER_WARP    ? 0
+                : pl.tier == TIER_RING  ? 2
+                : pl.tier == TIER_ROW   ? 3
+                : pl.tier == TIER_BATCH ? 5
+                                        : 4];
   if (pl.tier == TIER_WARP && pl.cluster > 1)
     ++g_bwd_tiers[1];
   switch (pl.tier) {
@@ -373,6 +378,24 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(pl.rows_per_part * pl.nparts >= p.rows && pl.rows_per_part * (pl.nparts - 1) < p.rows,
             "backward stream tier: every partial row has rows");
     break;
+  case TIER_BATCH: {
+    int threads = 0, vpt = 0, rows = 0, stages = 0;
+    batch_shape(p.cols, p.dtype == FNORM_DTYPE_F32 ? 4 : 2, threads, vpt, rows, stages);
+    require(dev.cc_major >= 9 && wide && !from_y && p.dtype != FNORM_DTYPE_F32 &&
+                p.param_dtype != FNORM_DTYPE_F32 && threads > 0,
+            "backward batch tier: sm_90, 16-bit 16-byte rows from x with 16-bit gamma, the "
+            "lengths batch_shape names");
+    require(p.rows * p.cols >= ((int64_t)1 << 25), "backward batch tier: from 2^25 elements");
+    require(pl.threads == threads && pl.vpt == vpt && pl.round_rows == rows && pl.nbuf == stages &&
+                (int64_t)threads * vpt * vec == p.cols,
+            "backward batch tier: batch_shape's shape, the row exactly its threads' vectors");
+    require(pl.smem == (size_t)stages * rows * 2 * threads * vpt * 16 &&
+                pl.smem <= (size_t)dev.max_smem_optin,
+            "backward batch tier: its stages fit in shared memory");
+    require(pl.nparts >= 1 && pl.nparts <= cdiv(p.rows, rows) && pl.grid == pl.nparts,
+            "backward batch tier: a partial row a CTA, a round a CTA at least");
+    break;
+  }
   default:
     require(false, "backward: a known tier");
   }
@@ -493,7 +516,15 @@ void check_choices() {
       p.rows = rows;
       p = problem(BF16, norm, rows, cl_cols[i]);
       pl = plan_backward(&p, 8, h200.info, false);
-      expect(h200, BF16, norm, rows, cl_cols[i], true, pl.tier == TIER_RING, "the ring");
+      const bool batch = cl_cols[i] <= 8192;
+      expect(h200, BF16, norm, rows, cl_cols[i], true, pl.tier == (batch ? TIER_BATCH : TIER_RING),
+             batch ? "the batch tier" : "the ring");
+      p.rows = (((int64_t)1 << 25) - 1) / cl_cols[i]; /* below 2^25 elements: the ring */
+      pl = plan_backward(&p, 8, h200.info, false);
+      expect(h200, BF16, norm, p.rows, cl_cols[i], true, pl.tier == TIER_RING, "the ring");
+      pl = plan_backward(&p, 8, a100.info, false);
+      expect(a100, BF16, norm, p.rows, cl_cols[i], true, pl.tier != TIER_BATCH,
+             "no batch tier before sm_90");
     }
   /* The finalize: 16 columns a block at N = 1024, 32 from 4096 on (sweep 32). */
   const int64_t fin_cols[] = {1024, 4096};
@@ -752,7 +783,8 @@ void check_choices() {
    * vectors from x: the ring from 8192 rows, the warp tier below (sweep 65). */
   const int64_t c640[] = {4608, 5120};
   for (int i = 0; i < 2; ++i) {
-    const int64_t rows = grid_rows(c640[i]);
+    /* (5120 from 2^25 elements takes the batch tier: below it) */
+    const int64_t rows = i ? 4096 : grid_rows(c640[i]);
     p = problem(BF16, LN, rows, c640[i]);
     Plan pl = plan_backward(&p, 8, h200.info, false);
     expect(h200, BF16, LN, rows, c640[i], true,
@@ -855,8 +887,10 @@ int main(void) {
         }
       }
   check_choices();
-  printf("backward plans: warp tier %ld (clustered %ld), ring %ld, row %ld, stream %ld\n",
-         g_bwd_tiers[0], g_bwd_tiers[1], g_bwd_tiers[2], g_bwd_tiers[3], g_bwd_tiers[4]);
+  printf(
+      "backward plans: warp tier %ld (clustered %ld), ring %ld, row %ld, stream %ld, batch %ld\n",
+      g_bwd_tiers[0], g_bwd_tiers[1], g_bwd_tiers[2], g_bwd_tiers[3], g_bwd_tiers[4],
+      g_bwd_tiers[5]);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

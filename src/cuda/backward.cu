@@ -29,6 +29,10 @@
  *                    those (up to 16 * 512 * 4 vectors, N = 262144), and 16-bit rows with
  *                    fp32 gamma of up to 640 vectors (in CTAs of 128 threads), from x, each
  *                    CTA's chunk of dy and x kept in the stage and read there twice.
+ *  bwd_batch_kernel  sm_90, 16-bit rows of 5120 and 8192 from x with 16-bit gamma, from 2^25
+ *                    elements (batch_shape): a CTA a row, 2-4 rows a round sharing one CTA
+ *                    barrier and the accumulators, each thread's vectors staged by its own
+ *                    cp.async rounds ahead and read twice from shared memory.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
@@ -448,6 +452,210 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
     }
     __syncthreads();
   }
+}
+
+/* The batch tier: rows of exactly THREADS * VPT 16-byte vectors (16-bit rows batch_shape names,
+ * from x), a CTA per row, persistent. A round is R rows at once: every thread owns the same VPT
+ * vectors of each of them, so the R rows share its fp32 dgamma/dbeta accumulators and one CTA
+ * barrier, where the ring pays a CTA-wide sum (and its wait) for every row. Each thread copies
+ * its own vectors of the round S - 1 ahead into shared memory with cp.async (no barrier: it
+ * reads back only what it copied) and reads them there twice, for the row sums and the
+ * accumulators and then for dx, so that its registers hold only gamma and the accumulators
+ * (the warp tier keeps dy, xhat and g of its row in registers, which caps it at 16 elements a
+ * thread). The rows' 2R sums (RMS: R) meet in one exchange a round: warp shuffles, a slot a
+ * warp, one __syncthreads, added in warp order; the slots alternate by round, so a warp
+ * writes a slot again only after the next round's barrier, which every warp passes after its
+ * reads of it. Rows past the last are neither copied nor read (the branch is uniform over the
+ * CTA: every thread's round has the same rows). bwdprobe (bench/tune/) chose the shapes. A/B
+ * run BN2 (H200, tuning build, the tier against the ring, % of the copy at 2^26 / 2^27
+ * elements): LayerNorm bf16 5120 77.9 -> 88.9 / 85.4 -> 91.1, 8192 78.5 -> 90.2 / 88.1 ->
+ * 95.1, fp16 5120 79.0 -> 88.7 / 86.5 -> 90.8, 8192 78.4 -> 88.4 / 88.2 -> 93.3; RMSNorm 5120
+ * +2 to +4.5, 8192 +2.5 to +8; fp16 LayerNorm 4096 x 8192 through graph replay 63.7 -> 79.8,
+ * RMSNorm 77.4 -> 90.3. */
+template <typename T, typename P, int THREADS, int VPT, int R, int S, bool RMS>
+__global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
+  pdl_allow_dependents();
+  constexpr int VEC = 16 / (int)sizeof(T), EPT = VEC * VPT, NV = THREADS * VPT;
+  constexpr int W = THREADS / 32, K = RMS ? 1 : 2; /* sums a row */
+  static_assert(S >= 2 && S <= 8 && THREADS % 32 == 0, "a round ahead at least; whole warps");
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem); /* [S][R][dy, x][NV] */
+  __shared__ float xchg[2][W][K * R];
+  const int t = threadIdx.x;
+  auto slot = [&](int s, int j, int arr, int k) {
+    return stage + ((s * R + j) * 2 + arr) * NV + k * THREADS + t;
+  };
+  const T *dy = (const T *)a.dy, *x = (const T *)a.xy;
+  T *dx = (T *)a.dx;
+  const int64_t rounds = (a.rows + R - 1) / R;
+  /* The staged rounds' mean and rstd, a register queue indexed by stage at compile time. */
+  float qmu[S][R], qrs[S][R];
+  auto issue = [&](int s, int64_t q) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int64_t row = q * R + j;
+      float mu = 0.f, rs = 0.f;
+      if (q < rounds && row < a.rows) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+          const int64_t col = ((int64_t)k * THREADS + t) * VEC;
+          cp_async_16(slot(s, j, 0, k), dy + row * a.dy_stride + col);
+          cp_async_16(slot(s, j, 1, k), x + row * a.xy_stride + col);
+        }
+        row_stats(a, row, mu, rs, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < S; ++u)
+        if (u == s)
+          qmu[u][j] = mu, qrs[u][j] = rs;
+    }
+    cp_async_commit();
+  };
+  /* gamma held as its 16-bit words and widened at each use: half the registers of fp32 values,
+   * level to 0.5 points faster (A/B run BN3: bf16 LayerNorm 8192 +0.3, RMSNorm 8192 +0.3 to
+   * +3, 5120 level). */
+  static_assert(sizeof(P) == sizeof(T) && sizeof(T) == 2, "16-bit rows, gamma in their dtype");
+  float acc_g[EPT], acc_b[RMS ? 1 : EPT];
+  Pack<P, VEC> gp[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (a.gamma) {
+      gp[k] = *reinterpret_cast<const Pack<P, VEC> *>((const P *)a.gamma +
+                                                      ((int64_t)k * THREADS + t) * VEC);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        gp[k].v[e] = from_f32<P>(1.f);
+    }
+  }
+  auto gam = [&](int k, int e) { return pack_f32<P, VEC>(gp[k], e); };
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    acc_g[e] = 0.f;
+    if constexpr (!RMS)
+      acc_b[e] = 0.f;
+  }
+  const float inv_n = count_rcp((float)a.cols);
+  const int64_t step = gridDim.x;
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    issue(s, blockIdx.x + s * step);
+  int cur = 0, parity = 0;
+  for (int64_t q = blockIdx.x; q < rounds; q += step) {
+    /* The stage S - 1 rounds ahead held the round before this one, which this thread has
+     * read (its own copies only). */
+    issue((cur + S - 1) % S, q + (S - 1) * step);
+    cp_async_wait_n<S - 1>(); /* this round's group has landed */
+    float mu[R], rs[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      mu[j] = rs[j] = 0.f;
+#pragma unroll
+      for (int u = 0; u < S; ++u)
+        if (u == cur)
+          mu[j] = qmu[u][j], rs[j] = qrs[u][j];
+    }
+    float sums[K * R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      float s0 = 0.f, s1 = 0.f;
+      if (q * R + j < a.rows) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+          float d[VEC], xv[VEC];
+          unpack_f32<T, VEC>(*slot(cur, j, 0, k), d);
+          unpack_f32<T, VEC>(*slot(cur, j, 1, k), xv);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float xh = RMS ? xv[e] * rs[j] : (xv[e] - mu[j]) * rs[j];
+            const float g = d[e] * gam(k, e);
+            if constexpr (!RMS) {
+              s0 += g;
+              acc_b[k * VEC + e] += d[e];
+            }
+            s1 = fmaf(g, xh, s1);
+            acc_g[k * VEC + e] = fmaf(d[e], xh, acc_g[k * VEC + e]);
+          }
+        }
+      }
+      if constexpr (RMS) {
+        sums[j] = s1;
+      } else {
+        sums[2 * j] = a.layernorm ? s0 : 0.f;
+        sums[2 * j + 1] = s1;
+      }
+    }
+    group_sum<32, K * R>(sums);
+    const int warp = t >> 5;
+    if ((t & 31) == 0)
+#pragma unroll
+      for (int i = 0; i < K * R; ++i)
+        xchg[parity][warp][i] = sums[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < K * R; ++i)
+      sums[i] = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+#pragma unroll
+      for (int i = 0; i < K * R; ++i)
+        sums[i] += xchg[parity][w][i];
+    parity ^= 1;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int64_t row = q * R + j;
+      if (row >= a.rows || !dx)
+        break;
+      const DxRow dr = dx_row(rs[j], RMS ? 0.f : sums[K * j], sums[K * j + K - 1], inv_n);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        float d[VEC], xv[VEC], out[VEC];
+        unpack_f32<T, VEC>(*slot(cur, j, 0, k), d);
+        unpack_f32<T, VEC>(*slot(cur, j, 1, k), xv);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float xh = RMS ? xv[e] * rs[j] : (xv[e] - mu[j]) * rs[j];
+          out[e] = dx_elem<RMS>(dr, d[e] * gam(k, e), xh);
+        }
+        store_vec<T, VEC>(dx + row * a.dx_stride + ((int64_t)k * THREADS + t) * VEC, out);
+      }
+    }
+    cur = (cur + 1) % S;
+  }
+  cp_async_wait_n<0>(); /* (only empty groups can be pending) */
+  if (!a.want_dparams)
+    return;
+  /* The CTA's partial row: its threads own disjoint columns, so each writes its own (whole
+   * float4s: VEC is 8, the columns 32-byte aligned). */
+  float *pg = a.partial + (int64_t)blockIdx.x * a.cols;
+  float *pb = a.partial + (a.nparts + blockIdx.x) * a.cols;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int64_t col = ((int64_t)k * THREADS + t) * VEC;
+#pragma unroll
+    for (int e = 0; e < VEC; e += 4) {
+      const int i = k * VEC + e;
+      *reinterpret_cast<float4 *>(pg + col + e) =
+          make_float4(acc_g[i], acc_g[i + 1], acc_g[i + 2], acc_g[i + 3]);
+      if constexpr (!RMS) /* (RMS: no dbeta wanted; its partial rows are never read) */
+        *reinterpret_cast<float4 *>(pb + col + e) =
+            make_float4(acc_b[i], acc_b[i + 1], acc_b[i + 2], acc_b[i + 3]);
+    }
+  }
+}
+
+/* The batch kernel for rows of `cols` (batch_shape's shapes, 16-bit rows with gamma in their
+ * dtype), or nullptr. */
+template <typename T, typename P> static void (*bwd_batch_pick(int64_t cols, bool rms))(BwdParams) {
+  if constexpr (sizeof(T) == 2 && std::is_same<T, P>::value) {
+    if (cols == 5120)
+      return rms ? bwd_batch_kernel<T, P, 320, 2, 4, 2, true>
+                 : bwd_batch_kernel<T, P, 320, 2, 4, 2, false>;
+    if (cols == 8192)
+      return rms ? bwd_batch_kernel<T, P, 256, 4, 2, 2, true>
+                 : bwd_batch_kernel<T, P, 256, 4, 2, 2, false>;
+  }
+  return nullptr;
 }
 
 /* Rows of up to 16 * 512 * EPT elements. The cluster is csplit x crows CTAs: CTA rank =
@@ -1155,6 +1363,25 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                              a, plan.chunk, plan.nbuf);
     }
     return FNORM_ERR_UNSUPPORTED; /* the ring needs 16-byte vectors */
+  }
+  if (plan.tier == TIER_BATCH) {
+    /* The kernel's shape must be the plan's (batch_shape), and the row exactly its vectors. */
+    int threads = 0, vpt = 0, round_rows = 0, stages = 0;
+    batch_shape(a.cols, (int)sizeof(T), threads, vpt, round_rows, stages);
+    void (*k)(BwdParams) = VEC * sizeof(T) == 16 ? bwd_batch_pick<T, P>(a.cols, rms) : nullptr;
+    if (!k || a.from_y || plan.threads != threads || plan.vpt != vpt ||
+        plan.round_rows != round_rows || plan.nbuf != stages ||
+        a.cols != (int64_t)threads * vpt * VEC)
+      return FNORM_ERR_UNSUPPORTED;
+    int64_t units = 0;
+    const fnorm_status st =
+        kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS
+            ? FNORM_ERR_CUDA
+            : persistent_units(k, plan.threads, plan.smem, 1, plan.nparts, &units);
+    if (st != FNORM_SUCCESS)
+      return st;
+    a.nparts = units; /* a partial row a CTA, at most plan.nparts (the workspace's) */
+    return launch_prepared(k, units, plan.threads, plan.smem, 1, stream, a);
   }
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;

@@ -291,6 +291,12 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+/* The same for a count known at compile time (0 to 7). */
+template <int N> __device__ __forceinline__ void cp_async_wait_n() {
+  static_assert(N >= 0 && N < 8, "cp.async.wait_group takes 0 to 7 here");
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* Start copying `count` vectors from global memory into a shared-memory stage, as one
  * committed group of cp.async (16-byte vectors) or as plain copies (narrower ones, which are
  * complete when the copying thread moves on). */

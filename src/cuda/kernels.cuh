@@ -45,8 +45,10 @@ enum Tier {
   TIER_ROW = 2,    /* a CTA, or a cluster of 2..16 CTAs (sm_90), per row, each CTA owning a chunk
                       of it (Mode says where the chunk lives) */
   TIER_STREAM = 3, /* backward only: rows of any length, in column blocks over several kernels */
-  TIER_RING = 4    /* sm_90, 16-byte vectors: a CTA or cluster per row, rows streamed through a
+  TIER_RING = 4,   /* sm_90, 16-byte vectors: a CTA or cluster per row, rows streamed through a
                       ring of shared-memory stages by bulk copies (nbuf stages) */
+  TIER_BATCH = 5   /* backward only, sm_90, 16-bit rows batch_shape names: a CTA per row, several
+                      rows a round behind one barrier (bwd_batch_kernel) */
 };
 
 /* Where a TIER_ROW CTA keeps its chunk of the row. */
@@ -110,6 +112,7 @@ struct Plan {
   int fin_cols;     /* backward: columns a block of the dgamma/dbeta finalize (16 or 32) */
   int fin_pdl;      /* backward (sm_90): the finalize launched as a programmatic dependent of the
                        row kernel (pdl_allow_dependents) */
+  int round_rows;   /* TIER_BATCH: rows a round (nbuf rounds staged; threads, vpt: batch_shape) */
   /* TIER_STREAM (backward) */
   int64_t nchunks;                          /* row chunks per row in the first kernel */
   int64_t rows_per_part;                    /* rows per column-pass CTA */
@@ -196,6 +199,28 @@ constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, i
  * 94.0 -> 97.0, 26214 rows 94.7 -> 97.5; 8192 at 4096 rows 91.6 -> 93.5, 8192 rows 93.6 -> 96.0. */
 constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols, int elem_bytes) {
   return layernorm && cols == 8192 && elem_bytes == 2 ? (int64_t)1 << 27 : (int64_t)1 << 25;
+}
+
+/* The backward's batch tier (bwd_batch_kernel, sm_90): 16-bit rows of exactly threads * vpt
+ * 16-byte vectors, `rows` of them a round sharing one CTA barrier and the dgamma/dbeta
+ * accumulators, `stages` rounds in shared memory. The shapes are the best bwdprobe found
+ * (bench/tune/bwdprobe.cu, H200, 2^27 elements, bf16 LayerNorm; % of the copy in the probe's
+ * run, where the library's ring had 85.7 and 87.8 in fnbench): 5120 over 320 threads of 2
+ * vectors, 4 rows a round (88.7-88.9; 1 row 81.3, 2 rows 82.5, 5 rows 85.1; 160 threads of 4
+ * vectors 78.9); 8192 over 256 threads of 4 vectors, 2 rows (89.4-89.9; 512 threads of 2, 1 row
+ * 78.5, 2 rows 84.9; 3 rows 79.2; 3 stages 88.4). 16384 (512 threads of 4 vectors, a row a
+ * round, 3 stages: 86.7-87.5 in the probe against the ring's 83.8) lost 2-3.6 points to the
+ * ring in the library at 8192 rows (A/B runs BN2, BN3; RMSNorm fp16 +2 to +3.5, bf16 -2 to
+ * -2.7), so it keeps the ring. Zero where it has no shape. */
+constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt, int &rows,
+                           int &stages) {
+  threads = vpt = rows = stages = 0;
+  if (elem_bytes != 2)
+    return;
+  if (cols == 5120)
+    threads = 320, vpt = 2, rows = 4, stages = 2;
+  else if (cols == 8192)
+    threads = 256, vpt = 4, rows = 2, stages = 2;
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each

@@ -170,6 +170,9 @@ struct Tuning {
                                fwd_rows_packed_kernel; 0 never */
   int bwd_fin_pdl;          /* backward (sm_90): 1 the finalize a programmatic dependent launch,
                                0 an ordinary one */
+  int bwd_batch;            /* backward (sm_90), from x, 16-bit rows batch_shape names with gamma
+                               in their dtype, from 2^25 elements: 2 LayerNorm and RMSNorm rows
+                               take the batch tier, 1 LayerNorm rows only, 0 none */
 };
 
 #ifdef FNORM_TUNING
@@ -180,9 +183,9 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1,  2,   3, 512, 1024, 512, 16, 8, 9,   11, 1, 1,   1, 4096, 1, 0, 1,
-              32, 16,  1, 4,   1,    1,   1,  0, 4,   1,  0, 0,   2, 0,    1, 1, 1,
-              1,  128, 1, 1,   1,    1,   4,  1, 512, 1,  1, 320, 3, 1,    0, 1, 1};
+  Tuning t = {1,  2, 3, 512, 1024, 512, 16,  8, 9, 11,  1, 1, 1, 4096, 1, 0, 1, 32,
+              16, 1, 4, 1,   1,    1,   0,   4, 1, 0,   0, 2, 0, 1,    1, 1, 1, 128,
+              1,  1, 1, 1,   4,    1,   512, 1, 1, 320, 3, 1, 0, 1,    1, 2};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -235,6 +238,7 @@ Tuning tuning() {
   t.fwd_rows_lanes = tune_knob("FNORM_TUNE_FWD_ROWS_LANES", t.fwd_rows_lanes);
   t.fwd_rows_packed = tune_knob("FNORM_TUNE_FWD_ROWS_PACKED", t.fwd_rows_packed);
   t.bwd_fin_pdl = tune_knob("FNORM_TUNE_BWD_FIN_PDL", t.bwd_fin_pdl);
+  t.bwd_batch = tune_knob("FNORM_TUNE_BWD_BATCH", t.bwd_batch);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -841,14 +845,35 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
                         ((tn.bwd_ring_vpt4 == 1 && nvec > 8192) ||
                          (kTuningBuild && tn.bwd_ring_vpt4 == 2 && nvec > 2048));
   const int ring_vpt = wide_vpt ? kRingVptWide : kRingVpt;
-  if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
-      (!warp_fits || ring_first || (tn.ring >= 2 && nvec >= 32)) &&
-      ((resident_first &&
-        plan_ring_resident(pl, vec, nvec, tn.stages, tn.bwd_resident_threads, dev)) ||
-       plan_ring(pl, p, nvec, 2, ring_stages, tn.threads, ring_cap * ring_vpt / kRingVpt, ring_vpt,
-                 dev) ||
-       (!warp_fits && resident_rows &&
-        plan_ring_resident(pl, vec, nvec, tn.stages, kMaxThreads, dev)))) {
+  /* The batch tier (bwd_batch_kernel): 16-bit rows of the lengths batch_shape names, from x,
+   * gamma in their dtype, from 2^25 elements (more than L2 holds, as the forward's rows forms),
+   * on sm_90, where it was measured; a CTA an SM (shared memory and registers), one partial row
+   * each. */
+  int bt_threads = 0, bt_vpt = 0, bt_rows = 0, bt_stages = 0;
+  batch_shape(p->cols, (int)dtype_bytes(p->dtype), bt_threads, bt_vpt, bt_rows, bt_stages);
+  const bool batch = bt_threads && vbytes == 16 && !from_y && dev.cc_major >= 9 &&
+                     p->param_dtype != FNORM_DTYPE_F32 && p->rows * p->cols >= ((int64_t)1 << 25) &&
+                     (tn.bwd_batch == 2 || (tn.bwd_batch == 1 && p->norm == FNORM_LAYERNORM));
+  const size_t batch_smem = (size_t)bt_stages * bt_rows * 2 * bt_threads * bt_vpt * 16;
+  if (batch && batch_smem <= (size_t)dev.max_smem_optin) {
+    pl.tier = TIER_BATCH;
+    pl.cluster = 1;
+    pl.threads = bt_threads;
+    pl.vpt = bt_vpt;
+    pl.round_rows = bt_rows;
+    pl.nbuf = bt_stages;
+    pl.smem = batch_smem;
+    const int64_t per_sm = max64(1, (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 1024));
+    pl.nparts = max64(1, min64(ceil_div(p->rows, bt_rows), per_sm * dev.sm_count));
+    pl.grid = pl.nparts;
+  } else if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
+             (!warp_fits || ring_first || (tn.ring >= 2 && nvec >= 32)) &&
+             ((resident_first &&
+               plan_ring_resident(pl, vec, nvec, tn.stages, tn.bwd_resident_threads, dev)) ||
+              plan_ring(pl, p, nvec, 2, ring_stages, tn.threads, ring_cap * ring_vpt / kRingVpt,
+                        ring_vpt, dev) ||
+              (!warp_fits && resident_rows &&
+               plan_ring_resident(pl, vec, nvec, tn.stages, kMaxThreads, dev)))) {
     /* One partial row per resident cluster, found at launch; bound it here for the workspace
      * by shared memory and threads alone (registers only lower it). */
     const int64_t per_sm = max64(1, min64(min64(32, 2048 / pl.threads),
@@ -914,7 +939,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * slower: those keep the general kernels (as do the warp tier's clusters, the register ring
    * and the stream tier, which have no RMS form). */
   const bool is16 = dtype_bytes(p->dtype) == 2;
-  const bool rms_kernels = (pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING;
+  const bool rms_kernels =
+      (pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING || pl.tier == TIER_BATCH;
   const bool rms_slower =
       (pl.tier == TIER_RING && !is16) || (is16 && p->rows >= 16384 &&
                                           ((pl.tier == TIER_WARP && pl.group == 256) ||
