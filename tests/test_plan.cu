@@ -379,21 +379,24 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
             "backward stream tier: every partial row has rows");
     break;
   case TIER_BATCH: {
-    int threads = 0, vpt = 0, rows = 0, stages = 0;
-    batch_shape(p.cols, p.dtype == FNORM_DTYPE_F32 ? 4 : 2, threads, vpt, rows, stages);
+    int threads = 0, vpt = 0, rows = 0, stages = 0, cluster = 0;
+    batch_shape(p.cols, p.dtype == FNORM_DTYPE_F32 ? 4 : 2, threads, vpt, rows, stages, cluster);
     require(dev.cc_major >= 9 && wide && !from_y && p.dtype != FNORM_DTYPE_F32 &&
                 p.param_dtype != FNORM_DTYPE_F32 && threads > 0,
             "backward batch tier: sm_90, 16-bit 16-byte rows from x with 16-bit gamma, the "
             "lengths batch_shape names");
     require(p.rows * p.cols >= ((int64_t)1 << 25), "backward batch tier: from 2^25 elements");
     require(pl.threads == threads && pl.vpt == vpt && pl.round_rows == rows && pl.nbuf == stages &&
-                (int64_t)threads * vpt * vec == p.cols,
-            "backward batch tier: batch_shape's shape, the row exactly its threads' vectors");
+                pl.cluster == cluster && (int64_t)threads * vpt * vec * cluster == p.cols,
+            "backward batch tier: batch_shape's shape, the row exactly its cluster's vectors");
     require(pl.smem == (size_t)stages * rows * 2 * threads * vpt * 16 &&
                 pl.smem <= (size_t)dev.max_smem_optin,
             "backward batch tier: its stages fit in shared memory");
-    require(pl.nparts >= 1 && pl.nparts <= cdiv(p.rows, rows) && pl.grid == pl.nparts,
-            "backward batch tier: a partial row a CTA, a round a CTA at least");
+    require(kTuningBuild || pl.cluster == 1 || p.norm == FNORM_LAYERNORM,
+            "backward batch tier: clusters only of LayerNorm rows");
+    require(pl.nparts >= 1 && pl.nparts <= cdiv(p.rows, rows) &&
+                pl.grid == pl.nparts * pl.cluster && pl.cluster <= 4,
+            "backward batch tier: a partial row a cluster of up to 4, a round a cluster at least");
     break;
   }
   default:
@@ -516,7 +519,7 @@ void check_choices() {
       p.rows = rows;
       p = problem(BF16, norm, rows, cl_cols[i]);
       pl = plan_backward(&p, 8, h200.info, false);
-      const bool batch = cl_cols[i] <= 8192;
+      const bool batch = norm == LN || cl_cols[i] <= 8192; /* (LayerNorm 16384-32768: a cluster) */
       expect(h200, BF16, norm, rows, cl_cols[i], true, pl.tier == (batch ? TIER_BATCH : TIER_RING),
              batch ? "the batch tier" : "the ring");
       p.rows = (((int64_t)1 << 25) - 1) / cl_cols[i]; /* below 2^25 elements: the ring */

@@ -472,12 +472,24 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
  * 95.1, fp16 5120 79.0 -> 88.7 / 86.5 -> 90.8, 8192 78.4 -> 88.4 / 88.2 -> 93.3; RMSNorm 5120
  * +2 to +4.5, 8192 +2.5 to +8; fp16 LayerNorm 4096 x 8192 through graph replay 63.7 -> 79.8,
  * RMSNorm 77.4 -> 90.3. */
-template <typename T, typename P, int THREADS, int VPT, int R, int S, bool RMS>
+template <typename T, typename P, int THREADS, int VPT, int R, int S, bool RMS, int CL = 1>
 __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
   pdl_allow_dependents();
   constexpr int VEC = 16 / (int)sizeof(T), EPT = VEC * VPT, NV = THREADS * VPT;
   constexpr int W = THREADS / 32, K = RMS ? 1 : 2; /* sums a row */
   static_assert(S >= 2 && S <= 8 && THREADS % 32 == 0, "a round ahead at least; whole warps");
+  static_assert(CL == 1 || K * R <= 4, "a cluster's CTAs exchange one float4 a round");
+  /* CL > 1 (sm_90): a cluster of CL such CTAs shares each row, CTA rank c owning its vectors
+   * [c * NV, (c + 1) * NV); their sums meet through distributed shared memory in rank order
+   * (cluster_exchange), and each writes its chunk of the cluster's partial row. */
+  int crank = 0, xround = 0;
+  if constexpr (CL > 1) {
+    int csize = 1;
+    cluster_shape(csize, crank);
+    ring_red_init(cluster_red_slots(), CL);
+  }
+  const int64_t col0 = (int64_t)crank * NV * VEC;
+  const int64_t unit = blockIdx.x / CL, nunits = gridDim.x / CL;
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem); /* [S][R][dy, x][NV] */
   __shared__ float xchg[2][W][K * R];
@@ -498,7 +510,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
       if (q < rounds && row < a.rows) {
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
-          const int64_t col = ((int64_t)k * THREADS + t) * VEC;
+          const int64_t col = col0 + ((int64_t)k * THREADS + t) * VEC;
           cp_async_16(slot(s, j, 0, k), dy + row * a.dy_stride + col);
           cp_async_16(slot(s, j, 1, k), x + row * a.xy_stride + col);
         }
@@ -520,7 +532,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     if (a.gamma) {
-      gp[k] = *reinterpret_cast<const Pack<P, VEC> *>((const P *)a.gamma +
+      gp[k] = *reinterpret_cast<const Pack<P, VEC> *>((const P *)a.gamma + col0 +
                                                       ((int64_t)k * THREADS + t) * VEC);
     } else {
 #pragma unroll
@@ -536,12 +548,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
       acc_b[e] = 0.f;
   }
   const float inv_n = count_rcp((float)a.cols);
-  const int64_t step = gridDim.x;
+  const int64_t step = nunits;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s)
-    issue(s, blockIdx.x + s * step);
+    issue(s, unit + s * step);
   int cur = 0, parity = 0;
-  for (int64_t q = blockIdx.x; q < rounds; q += step) {
+  for (int64_t q = unit; q < rounds; q += step) { /* (uniform over the cluster) */
     /* The stage S - 1 rounds ahead held the round before this one, which this thread has
      * read (its own copies only). */
     issue((cur + S - 1) % S, q + (S - 1) * step);
@@ -601,6 +613,27 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
       for (int i = 0; i < K * R; ++i)
         sums[i] += xchg[parity][w][i];
     parity ^= 1;
+    if constexpr (CL > 1) {
+      /* The __syncthreads above stands between this exchange and the previous round's reads
+       * of its slots (cluster_exchange); every CTA of the cluster runs every round. */
+      RingRed &cr = cluster_red_slots();
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < K * R; ++i)
+        v[i] = sums[i];
+      const int xs = cluster_exchange(make_float4(v[0], v[1], v[2], v[3]), cr, xround, CL);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[i] = 0.f;
+#pragma unroll
+      for (int r = 0; r < CL; ++r) {
+        const float4 p = cr.cta[xs][r];
+        v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
+      }
+#pragma unroll
+      for (int i = 0; i < K * R; ++i)
+        sums[i] = v[i];
+    }
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int64_t row = q * R + j;
@@ -617,18 +650,20 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
           const float xh = RMS ? xv[e] * rs[j] : (xv[e] - mu[j]) * rs[j];
           out[e] = dx_elem<RMS>(dr, d[e] * gam(k, e), xh);
         }
-        store_vec<T, VEC>(dx + row * a.dx_stride + ((int64_t)k * THREADS + t) * VEC, out);
+        store_vec<T, VEC>(dx + row * a.dx_stride + col0 + ((int64_t)k * THREADS + t) * VEC, out);
       }
     }
     cur = (cur + 1) % S;
   }
   cp_async_wait_n<0>(); /* (only empty groups can be pending) */
+  if constexpr (CL > 1)
+    cluster_barrier(CL); /* no CTA leaves while a peer may still write its slots */
   if (!a.want_dparams)
     return;
   /* The CTA's partial row: its threads own disjoint columns, so each writes its own (whole
    * float4s: VEC is 8, the columns 32-byte aligned). */
-  float *pg = a.partial + (int64_t)blockIdx.x * a.cols;
-  float *pb = a.partial + (a.nparts + blockIdx.x) * a.cols;
+  float *pg = a.partial + unit * a.cols + col0;
+  float *pb = a.partial + (a.nparts + unit) * a.cols + col0;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int64_t col = ((int64_t)k * THREADS + t) * VEC;
@@ -654,6 +689,12 @@ template <typename T, typename P> static void (*bwd_batch_pick(int64_t cols, boo
     if (cols == 8192)
       return rms ? bwd_batch_kernel<T, P, 256, 4, 2, 2, true>
                  : bwd_batch_kernel<T, P, 256, 4, 2, 2, false>;
+    if (cols == 16384)
+      return rms ? bwd_batch_kernel<T, P, 256, 4, 2, 2, true, 2>
+                 : bwd_batch_kernel<T, P, 256, 4, 2, 2, false, 2>;
+    if (cols == 32768)
+      return rms ? bwd_batch_kernel<T, P, 256, 4, 2, 2, true, 4>
+                 : bwd_batch_kernel<T, P, 256, 4, 2, 2, false, 4>;
   }
   return nullptr;
 }
@@ -1366,22 +1407,22 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
   }
   if (plan.tier == TIER_BATCH) {
     /* The kernel's shape must be the plan's (batch_shape), and the row exactly its vectors. */
-    int threads = 0, vpt = 0, round_rows = 0, stages = 0;
-    batch_shape(a.cols, (int)sizeof(T), threads, vpt, round_rows, stages);
+    int threads = 0, vpt = 0, round_rows = 0, stages = 0, cluster = 0;
+    batch_shape(a.cols, (int)sizeof(T), threads, vpt, round_rows, stages, cluster);
     void (*k)(BwdParams) = VEC * sizeof(T) == 16 ? bwd_batch_pick<T, P>(a.cols, rms) : nullptr;
     if (!k || a.from_y || plan.threads != threads || plan.vpt != vpt ||
-        plan.round_rows != round_rows || plan.nbuf != stages ||
-        a.cols != (int64_t)threads * vpt * VEC)
+        plan.round_rows != round_rows || plan.nbuf != stages || plan.cluster != cluster ||
+        a.cols != (int64_t)threads * vpt * VEC * cluster)
       return FNORM_ERR_UNSUPPORTED;
     int64_t units = 0;
     const fnorm_status st =
-        kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS
+        kernel_attributes(k, plan.smem, cluster) != FNORM_SUCCESS
             ? FNORM_ERR_CUDA
-            : persistent_units(k, plan.threads, plan.smem, 1, plan.nparts, &units);
+            : persistent_units(k, plan.threads, plan.smem, cluster, plan.nparts, &units);
     if (st != FNORM_SUCCESS)
       return st;
-    a.nparts = units; /* a partial row a CTA, at most plan.nparts (the workspace's) */
-    return launch_prepared(k, units, plan.threads, plan.smem, 1, stream, a);
+    a.nparts = units; /* a partial row a cluster, at most plan.nparts (the workspace's) */
+    return launch_prepared(k, units * cluster, plan.threads, plan.smem, cluster, stream, a);
   }
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;

@@ -208,19 +208,22 @@ constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols, int ele
  * run, where the library's ring had 85.7 and 87.8 in fnbench): 5120 over 320 threads of 2
  * vectors, 4 rows a round (88.7-88.9; 1 row 81.3, 2 rows 82.5, 5 rows 85.1; 160 threads of 4
  * vectors 78.9); 8192 over 256 threads of 4 vectors, 2 rows (89.4-89.9; 512 threads of 2, 1 row
- * 78.5, 2 rows 84.9; 3 rows 79.2; 3 stages 88.4). 16384 (512 threads of 4 vectors, a row a
- * round, 3 stages: 86.7-87.5 in the probe against the ring's 83.8) lost 2-3.6 points to the
- * ring in the library at 8192 rows (A/B runs BN2, BN3; RMSNorm fp16 +2 to +3.5, bf16 -2 to
- * -2.7), so it keeps the ring. Zero where it has no shape. */
+ * 78.5, 2 rows 84.9; 3 rows 79.2; 3 stages 88.4). 16384 in one CTA (512 threads of 4 vectors,
+ * a row a round, 3 stages: 86.7-87.5 in the probe against the ring's 83.8) lost 2-3.6 points to
+ * the ring in the library at 8192 rows (A/B runs BN2, BN3); with `clustered`, rows of 16384 and
+ * 32768 take the 8192 shape over a cluster of `cluster` CTAs (plan_backward says which). Zero
+ * where it has no shape. */
 constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt, int &rows,
-                           int &stages) {
-  threads = vpt = rows = stages = 0;
+                           int &stages, int &cluster, bool clustered = true) {
+  threads = vpt = rows = stages = cluster = 0;
   if (elem_bytes != 2)
     return;
   if (cols == 5120)
-    threads = 320, vpt = 2, rows = 4, stages = 2;
+    threads = 320, vpt = 2, rows = 4, stages = 2, cluster = 1;
   else if (cols == 8192)
-    threads = 256, vpt = 4, rows = 2, stages = 2;
+    threads = 256, vpt = 4, rows = 2, stages = 2, cluster = 1;
+  else if (clustered && (cols == 16384 || cols == 32768))
+    threads = 256, vpt = 4, rows = 2, stages = 2, cluster = (int)(cols / 8192);
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each

@@ -173,6 +173,8 @@ struct Tuning {
   int bwd_batch;            /* backward (sm_90), from x, 16-bit rows batch_shape names with gamma
                                in their dtype, from 2^25 elements: 2 LayerNorm and RMSNorm rows
                                take the batch tier, 1 LayerNorm rows only, 0 none */
+  int bwd_batch_cl;         /* ... 1 also LayerNorm rows of 16384 and 32768 over a cluster of 2
+                               and 4 such CTAs of 8192, 2 RMSNorm rows too, 0 none */
 };
 
 #ifdef FNORM_TUNING
@@ -185,7 +187,7 @@ int tune_knob(const char *name, int fallback) {
 Tuning tuning() {
   Tuning t = {1,  2, 3, 512, 1024, 512, 16,  8, 9, 11,  1, 1, 1, 4096, 1, 0, 1, 32,
               16, 1, 4, 1,   1,    1,   0,   4, 1, 0,   0, 2, 0, 1,    1, 1, 1, 128,
-              1,  1, 1, 1,   4,    1,   512, 1, 1, 320, 3, 1, 0, 1,    1, 2};
+              1,  1, 1, 1,   4,    1,   512, 1, 1, 320, 3, 1, 0, 1,    1, 2, 1};
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -239,6 +241,7 @@ Tuning tuning() {
   t.fwd_rows_packed = tune_knob("FNORM_TUNE_FWD_ROWS_PACKED", t.fwd_rows_packed);
   t.bwd_fin_pdl = tune_knob("FNORM_TUNE_BWD_FIN_PDL", t.bwd_fin_pdl);
   t.bwd_batch = tune_knob("FNORM_TUNE_BWD_BATCH", t.bwd_batch);
+  t.bwd_batch_cl = tune_knob("FNORM_TUNE_BWD_BATCH_CL", t.bwd_batch_cl);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -848,24 +851,30 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   /* The batch tier (bwd_batch_kernel): 16-bit rows of the lengths batch_shape names, from x,
    * gamma in their dtype, from 2^25 elements (more than L2 holds, as the forward's rows forms),
    * on sm_90, where it was measured; a CTA an SM (shared memory and registers), one partial row
-   * each. */
-  int bt_threads = 0, bt_vpt = 0, bt_rows = 0, bt_stages = 0;
-  batch_shape(p->cols, (int)dtype_bytes(p->dtype), bt_threads, bt_vpt, bt_rows, bt_stages);
+   * a CTA or cluster. LayerNorm rows of 16384 and 32768 over a cluster of 2 and 4 CTAs of 8192:
+   * A/B run BN4 (H200, tuning build, the ring against it, % of the copy at 2^26 / 2^27
+   * elements): bf16 16384 73.7 -> 78.3 / 83.6 -> 84.0, 32768 69.2 -> 74.1 / 77.3 -> 80.0, fp16
+   * 16384 73.8 -> 79.0 / 83.4 -> 84.0, 32768 69.3 -> 73.7 / 78.1 -> 79.3; RMSNorm lost 4.5 to 7.4
+   * (the ring's RMS form runs 84-92%), so its rows keep the ring. */
+  int bt_threads = 0, bt_vpt = 0, bt_rows = 0, bt_stages = 0, bt_cluster = 0;
+  batch_shape(p->cols, (int)dtype_bytes(p->dtype), bt_threads, bt_vpt, bt_rows, bt_stages,
+              bt_cluster,
+              tn.bwd_batch_cl == 2 || (tn.bwd_batch_cl == 1 && p->norm == FNORM_LAYERNORM));
   const bool batch = bt_threads && vbytes == 16 && !from_y && dev.cc_major >= 9 &&
                      p->param_dtype != FNORM_DTYPE_F32 && p->rows * p->cols >= ((int64_t)1 << 25) &&
                      (tn.bwd_batch == 2 || (tn.bwd_batch == 1 && p->norm == FNORM_LAYERNORM));
   const size_t batch_smem = (size_t)bt_stages * bt_rows * 2 * bt_threads * bt_vpt * 16;
   if (batch && batch_smem <= (size_t)dev.max_smem_optin) {
     pl.tier = TIER_BATCH;
-    pl.cluster = 1;
+    pl.cluster = bt_cluster;
     pl.threads = bt_threads;
     pl.vpt = bt_vpt;
     pl.round_rows = bt_rows;
     pl.nbuf = bt_stages;
     pl.smem = batch_smem;
     const int64_t per_sm = max64(1, (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 1024));
-    pl.nparts = max64(1, min64(ceil_div(p->rows, bt_rows), per_sm * dev.sm_count));
-    pl.grid = pl.nparts;
+    pl.nparts = max64(1, min64(ceil_div(p->rows, bt_rows), per_sm * dev.sm_count / pl.cluster));
+    pl.grid = pl.nparts * pl.cluster;
   } else if (vec * dtype_bytes(p->dtype) == 16 && tn.ring > 0 &&
              (!warp_fits || ring_first || (tn.ring >= 2 && nvec >= 32)) &&
              ((resident_first &&
