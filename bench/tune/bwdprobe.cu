@@ -472,46 +472,61 @@ static void teardown(Problem &p) {
   CK(cudaFree(p.db));
 }
 
+/* Sets up rows of `cols` (2^27 elements), measures the copy of their bytes, runs `body` on
+ * them and frees them. */
+template <class F> static void with_rows(int64_t cols, F body) {
+  Problem p;
+  setup(p, cols, (int64_t)1 << 27);
+  body(p, copy_gbps_of((size_t)3 * p.rows * p.cols));
+  teardown(p);
+}
+
+/* The shapes of both calls that wrote results/h200-bwdprobe.csv (its `call` column). */
 int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t E = (int64_t)1 << 27;
   printf(
       "n,rows,threads,vpt,rows_a_round,stages,gamma_smem,ctas_an_sm,us,gbps,pct_of_copy,check\n");
-  {
-    Problem p;
-    setup(p, 5120, E);
-    const double cp = copy_gbps_of((size_t)3 * p.rows * p.cols);
+  with_rows(4096, [&](Problem &p, double cp) {
+    run<1, 256, 2, 2>(p, cp, sms);
+    run<2, 256, 2, 2>(p, cp, sms);
+    run<4, 256, 2, 2>(p, cp, sms);
+    run<2, 128, 4, 2>(p, cp, sms);
+  });
+  with_rows(5120, [&](Problem &p, double cp) {
+    run<1, 320, 2, 2>(p, cp, sms);
+    run<1, 320, 2, 3>(p, cp, sms);
+    run<2, 320, 2, 2>(p, cp, sms);
+    run<3, 320, 2, 2>(p, cp, sms);
     run<4, 320, 2, 2>(p, cp, sms);
     run<4, 320, 2, 2, true>(p, cp, sms);
     run<5, 320, 2, 2>(p, cp, sms);
     run<2, 320, 2, 3>(p, cp, sms);
     run<3, 320, 2, 3>(p, cp, sms);
+    run<2, 160, 4, 2>(p, cp, sms);
     run<4, 160, 4, 2>(p, cp, sms);
     run<4, 160, 4, 2, true>(p, cp, sms);
-    teardown(p);
-  }
-  {
-    Problem p;
-    setup(p, 8192, E);
-    const double cp = copy_gbps_of((size_t)3 * p.rows * p.cols);
+    run<2, 640, 1, 2>(p, cp, sms);
+  });
+  with_rows(8192, [&](Problem &p, double cp) {
+    run<1, 512, 2, 2>(p, cp, sms);
+    run<1, 512, 2, 3>(p, cp, sms);
+    run<2, 512, 2, 2>(p, cp, sms);
+    run<3, 512, 2, 2, true>(p, cp, sms);
     run<2, 256, 4, 2>(p, cp, sms);
     run<2, 256, 4, 2, true>(p, cp, sms);
     run<2, 256, 4, 3>(p, cp, sms);
     run<3, 256, 4, 2>(p, cp, sms);
     run<2, 128, 8, 2, true>(p, cp, sms);
-    run<3, 512, 2, 2, true>(p, cp, sms);
-    teardown(p);
-  }
-  {
-    Problem p;
-    setup(p, 16384, E);
-    const double cp = copy_gbps_of((size_t)3 * p.rows * p.cols);
+    run<1, 1024, 1, 2>(p, cp, sms);
+  });
+  with_rows(16384, [&](Problem &p, double cp) {
+    run<1, 1024, 2, 2>(p, cp, sms);
+    run<1, 1024, 2, 3>(p, cp, sms);
     run<1, 512, 4, 3>(p, cp, sms);
     run<1, 512, 4, 3, true>(p, cp, sms);
     run<1, 256, 8, 3, true>(p, cp, sms);
     run<1, 256, 8, 2, true>(p, cp, sms);
-    teardown(p);
-  }
+  });
   return 0;
 }
