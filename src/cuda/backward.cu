@@ -32,7 +32,8 @@
  *  bwd_batch_kernel  sm_90, 16-bit rows of 5120 and 8192 from x with 16-bit gamma, from 2^25
  *                    elements (batch_shape): a CTA a row, 2-4 rows a round sharing one CTA
  *                    barrier and the accumulators, each thread's vectors staged by its own
- *                    cp.async rounds ahead and read twice from shared memory.
+ *                    cp.async rounds ahead and read twice from shared memory; LayerNorm rows
+ *                    of 16384 and 32768 over a cluster of 2 and 4 such CTAs.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their

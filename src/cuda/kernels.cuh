@@ -47,8 +47,8 @@ enum Tier {
   TIER_STREAM = 3, /* backward only: rows of any length, in column blocks over several kernels */
   TIER_RING = 4,   /* sm_90, 16-byte vectors: a CTA or cluster per row, rows streamed through a
                       ring of shared-memory stages by bulk copies (nbuf stages) */
-  TIER_BATCH = 5   /* backward only, sm_90, 16-bit rows batch_shape names: a CTA per row, several
-                      rows a round behind one barrier (bwd_batch_kernel) */
+  TIER_BATCH = 5   /* backward only, sm_90, 16-bit rows batch_shape names: a CTA or a cluster per
+                      row, several rows a round behind one barrier (bwd_batch_kernel) */
 };
 
 /* Where a TIER_ROW CTA keeps its chunk of the row. */
