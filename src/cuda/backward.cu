@@ -1361,6 +1361,23 @@ static void (*bwd_ring_from(int from_y, bool rms))(BwdParams, int64_t, int) {
   return nullptr;
 }
 
+/* A persistent launch of a row kernel that writes one dgamma/dbeta partial row a cluster (or
+ * CTA): as many clusters as are resident at once, at most max_units (the workspace's bound), with
+ * a.nparts set to their count for the kernel and the finalize. */
+template <typename... KArgs, typename... Args>
+static fnorm_status launch_parts(void (*k)(KArgs...), int threads, size_t smem, int cluster,
+                                 int64_t max_units, cudaStream_t stream, BwdParams &a,
+                                 Args... rest) {
+  int64_t units = 0;
+  const fnorm_status st = kernel_attributes(k, smem, cluster) != FNORM_SUCCESS
+                              ? FNORM_ERR_CUDA
+                              : persistent_units(k, threads, smem, cluster, max_units, &units);
+  if (st != FNORM_SUCCESS)
+    return st;
+  a.nparts = units;
+  return launch_prepared(k, units * cluster, threads, smem, cluster, stream, a, rest...);
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws, bool rms,
                                         cudaStream_t stream) {
@@ -1392,17 +1409,8 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
         return FNORM_ERR_UNSUPPORTED;
       if (plan.vpt != vpt || (plan.param_smem && !a.from_y))
         return FNORM_ERR_UNSUPPORTED;
-      /* One partial row per resident cluster; plan.nparts bounds it (the workspace's size). */
-      int64_t units = 0;
-      const fnorm_status st =
-          kernel_attributes(k, plan.smem, plan.cluster) != FNORM_SUCCESS
-              ? FNORM_ERR_CUDA
-              : persistent_units(k, plan.threads, plan.smem, plan.cluster, plan.nparts, &units);
-      if (st != FNORM_SUCCESS)
-        return st;
-      a.nparts = units;
-      return launch_prepared(k, units * plan.cluster, plan.threads, plan.smem, plan.cluster, stream,
-                             a, plan.chunk, plan.nbuf);
+      return launch_parts(k, plan.threads, plan.smem, plan.cluster, plan.nparts, stream, a,
+                          plan.chunk, plan.nbuf);
     }
     return FNORM_ERR_UNSUPPORTED; /* the ring needs 16-byte vectors */
   }
@@ -1415,15 +1423,7 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
         plan.round_rows != round_rows || plan.nbuf != stages || plan.cluster != cluster ||
         a.cols != (int64_t)threads * vpt * VEC * cluster)
       return FNORM_ERR_UNSUPPORTED;
-    int64_t units = 0;
-    const fnorm_status st =
-        kernel_attributes(k, plan.smem, cluster) != FNORM_SUCCESS
-            ? FNORM_ERR_CUDA
-            : persistent_units(k, plan.threads, plan.smem, cluster, plan.nparts, &units);
-    if (st != FNORM_SUCCESS)
-      return st;
-    a.nparts = units; /* a partial row a cluster, at most plan.nparts (the workspace's) */
-    return launch_prepared(k, units * cluster, plan.threads, plan.smem, cluster, stream, a);
+    return launch_parts(k, plan.threads, plan.smem, cluster, plan.nparts, stream, a);
   }
   if (plan.tier == TIER_WARP) {
     constexpr int VPT = 16 / VEC;
@@ -1454,16 +1454,10 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       smem += (size_t)(a.from_y ? 2 : 1) * pcols * sizeof(float);
     /* The CTAs (clusters) loop over their rows, so more than fit at once (registers allow 2 CTAs
      * an SM) only make a second wave and more partial rows to write and add. */
-    int64_t units = plan.grid / cl;
+    const int64_t units = plan.grid / cl;
     if (!plan.resident) /* (tuning builds: FNORM_TUNE_BWD_RESIDENT=0) */
       return launch_kernel(k, units * cl, plan.threads, smem, cl, stream, a);
-    const fnorm_status st = kernel_attributes(k, smem, cl) != FNORM_SUCCESS
-                                ? FNORM_ERR_CUDA
-                                : persistent_units(k, plan.threads, smem, cl, units, &units);
-    if (st != FNORM_SUCCESS)
-      return st;
-    a.nparts = units;
-    return launch_prepared(k, units * cl, plan.threads, smem, cl, stream, a);
+    return launch_parts(k, plan.threads, smem, cl, units, stream, a);
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = bwd_reg_vpt(VEC);

@@ -283,18 +283,18 @@ __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
-/* Wait until at most `pending` (0 or 1) of this thread's committed groups are in flight. */
-__device__ __forceinline__ void cp_async_wait(int pending) {
-  if (pending)
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-/* The same for a count known at compile time (0 to 7). */
+/* Wait until at most N (0 to 7, known at compile time) of this thread's committed groups are
+ * in flight. */
 template <int N> __device__ __forceinline__ void cp_async_wait_n() {
   static_assert(N >= 0 && N < 8, "cp.async.wait_group takes 0 to 7 here");
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* ... for `pending` 0 or 1 known at run time. */
+__device__ __forceinline__ void cp_async_wait(int pending) {
+  if (pending)
+    cp_async_wait_n<1>();
+  else
+    cp_async_wait_n<0>();
 }
 
 /* Start copying `count` vectors from global memory into a shared-memory stage, as one
