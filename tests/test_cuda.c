@@ -373,11 +373,17 @@ static void cuda_sizes(void) {
    * Each also with aligned strides and no gamma/beta or statistics (forward_cases), then on a 1e4
    * offset (even entries) or with NaN/Inf in some rows (odd ones), and in place (the first two
    * and the RMSNorm ones). fp32 gamma keeps the other tiers (the cases above). Under --quick the
-   * first alone. */
+   * first alone. The last seven are 16-bit rows of 2-8 chunks of 16384 or 32768 elements, which
+   * its cluster form takes on sm_90 where plan_forward plans it (RMSNorm in chunks of 32768,
+   * kFwdPackedCl: fp16 262144 over 8 CTAs, bf16 65536 over 2; tuning builds
+   * FNORM_TUNE_FWD_PACKED_CL=1 or 2 and FNORM_TUNE_FWD_PACKED_CL_LN=1 or 2 take the others:
+   * LayerNorm 65536 over 2 or 4 CTAs, 262144 over 8, 49152 over 3 chunks of 16384, RMSNorm 32768
+   * over 2); elsewhere they test the tiers that take them. */
   {
     static const case_shape packed_form[] = {
-        {3, 0, 4096},  {1, 0, 5120},  {1, 0, 4096},  {3, 0, 5120}, {3, 0, 8192}, {1, 0, 16384},
-        {3, 0, 32768}, {3, 1, 16384}, {1, 1, 16384}, {0, 0, 5120}, {0, 0, 8192}};
+        {3, 0, 4096},  {1, 0, 5120},   {1, 0, 4096},   {3, 0, 5120},  {3, 0, 8192},  {1, 0, 16384},
+        {3, 0, 32768}, {3, 1, 16384},  {1, 1, 16384},  {0, 0, 5120},  {0, 0, 8192},  {3, 0, 65536},
+        {1, 0, 65536}, {1, 1, 262144}, {3, 0, 262144}, {3, 0, 49152}, {3, 1, 32768}, {3, 1, 65536}};
     for (s = 0; s < (int)(sizeof packed_form / sizeof packed_form[0]); s++) {
       const int64_t cols = packed_form[s].cols;
       const fnorm_norm norm = norms[packed_form[s].norm];

@@ -78,21 +78,31 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   /* fwd_rows_packed_kernel: the 16-byte rows packed_rows_shape names with gamma in their dtype,
    * from packed_rows_min_elements (tuning builds: FNORM_TUNE_FWD_ROWS_PACKED=0 leaves them to the
    * other tiers) */
-  int packed_vpl = 0, packed_wpr = 0;
+  /* (tuning builds: the cluster form of either cl_form, FNORM_TUNE_FWD_PACKED_CL) */
+  int packed_vpl = 0, packed_wpr = 0, packed_cluster = 0;
   const int elem = (int)fnorm_dtype_size(p.dtype);
-  packed_rows_shape(p.norm == FNORM_LAYERNORM, p.cols, elem, packed_vpl, packed_wpr);
+  const int cl_form = dev.cc_major < 9                 ? 0
+                      : kTuningBuild && pl.cluster > 1 ? pl.vpt / 8
+                      : p.norm == FNORM_LAYERNORM      ? kFwdPackedClLn
+                                                       : kFwdPackedCl;
+  packed_rows_shape(p.norm == FNORM_LAYERNORM, p.cols, elem, packed_vpl, packed_wpr, packed_cluster,
+                    cl_form);
   const bool packed_rows =
       packed_vpl && vec * elem == 16 && p.param_dtype == p.dtype &&
       p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols, elem) &&
-      p.rows <= 0x7fffffff;
+      p.rows * packed_cluster <= 0x7fffffff;
   require(kTuningBuild ? !pl.packed || packed_rows : !!pl.packed == packed_rows,
           "forward: the packed rows form on the rows packed_rows_shape names with gamma in their "
           "dtype from packed_rows_min_elements, and there alone");
   if (pl.packed) {
     require(pl.tier == TIER_WARP && pl.vpt == packed_vpl && pl.threads == 32 * packed_wpr &&
-                pl.group == pl.threads && (int64_t)pl.vpt * pl.threads == nvec && !pl.variant &&
-                !pl.staged && !pl.param_smem && pl.grid == p.rows,
-            "forward packed rows form: a row a CTA of packed_rows_shape's warps, not persistent");
+                pl.group == pl.threads && pl.cluster == packed_cluster &&
+                (int64_t)pl.vpt * pl.threads * pl.cluster == nvec && !pl.variant && !pl.staged &&
+                !pl.param_smem && pl.grid == p.rows * pl.cluster,
+            "forward packed rows form: a row a CTA of packed_rows_shape's warps, or a cluster of "
+            "such CTAs (sm_90), not persistent");
+    require(pl.cluster == 1 || (dev.cc_major >= 9 && elem == 2 && pl.cluster <= 8),
+            "forward packed rows form: clusters only of 16-bit rows, on sm_90");
     return;
   }
   if (pl.tier == TIER_WARP && pl.variant) {
@@ -618,8 +628,8 @@ void check_choices() {
    * (sweep 52), LayerNorm's at 4096 and past 8192 (A/B run AL1, sweep 61), not at 8192; past
    * 32768 on the register kernel. With 4096 rows of 4096, RMSNorm's and LayerNorm's not lean;
    * fp32 RMSNorm lean at 16384, not at 8192 (read again for y) or 32768; fp32 LayerNorm lean at
-   * 8192-16384 (sweep 61), not at 32768. At 65536 RMSNorm on the register kernel, LayerNorm on
-   * the lean form over a cluster (sweep 68). */
+   * 8192-16384 (sweep 61), not at 32768. At 65536 RMSNorm on the packed rows form over a cluster
+   * of 2 (sweep 76), LayerNorm on the lean form over a cluster (sweep 68). */
   /* 16-bit LayerNorm rows of 4096 and 5120 (the main grid's 2^27 elements): the packed rows
    * form with 16-bit gamma, the CTA-per-row kernel with fp32 gamma. */
   for (int i = 0; i < 2; ++i)
@@ -641,10 +651,13 @@ void check_choices() {
       const int64_t rows = grid_rows(ccols[i]);
       p = problem(BF16, norm, rows, ccols[i]);
       const Plan pl = plan_forward(&p, 8, h200.info);
-      const bool lcl = norm == LN && ccols[i] > 32768, reg = norm == RMS && ccols[i] > 32768,
+      /* (RMSNorm 65536: the packed rows form over a cluster of 2 where kFwdPackedCl is 2) */
+      const bool rms_cl = norm == RMS && ccols[i] == 65536 && kFwdPackedCl == 2;
+      const bool lcl = norm == LN && ccols[i] > 32768,
+                 reg = norm == RMS && ccols[i] > 32768 && !rms_cl,
                  packed =
                      (norm == LN && ccols[i] <= 32768 && ccols[i] != 20480 && ccols[i] != 24576) ||
-                     (norm == RMS && ccols[i] == 16384),
+                     (norm == RMS && ccols[i] == 16384) || rms_cl,
                  lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192);
       if (packed) {
         expect(h200, BF16, norm, rows, ccols[i], false, pl.tier == TIER_WARP && pl.packed,

@@ -627,6 +627,42 @@ __device__ __forceinline__ void cluster_barrier(int cluster_size) {
 #endif
 }
 
+/* The exchange of kernels launched a cluster a row (one exchange a launch, so no mbarrier and
+ * no slot reuse): every thread calls cluster_start() first thing, which arrives on the cluster
+ * barrier without waiting, and cluster_exchange_once(v, slots, csize) later: it waits for that
+ * phase (every CTA of the cluster running, so its shared memory may be written), stores v into
+ * slots[rank] of every CTA, and meets the cluster at the barrier again (release/acquire), after
+ * which slots[r] holds rank r's values in every CTA. No CTA touches another's shared memory
+ * after it, so the CTAs may exit at once. Without a cluster (or before sm_90) slots[0] = v. */
+__device__ __forceinline__ void cluster_start(int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (csize > 1)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
+  (void)csize;
+#endif
+}
+__device__ __forceinline__ void cluster_exchange_once(float4 v, float4 *slots, int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (csize > 1) {
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    if ((int)threadIdx.x < csize) {
+      const uint32_t to = cluster_addr(smem_addr(&slots[cluster_rank()]), threadIdx.x);
+      asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(to), "f"(v.x),
+                   "f"(v.y), "f"(v.z), "f"(v.w)
+                   : "memory");
+    }
+    asm volatile(
+        "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+            : "memory");
+    return;
+  }
+#else
+  (void)csize;
+#endif
+  slots[0] = v;
+}
+
 /* LayerNorm statistics from the two reductions the kernels perform: first the plain sum
  * (giving a first mean m1), then S1 = sum(x - m1) and S2 = sum((x - m1)^2). Centring on m1
  * keeps S2 free of cancellation; the correction c = S1/N repairs the rounding in m1, and the
@@ -818,19 +854,19 @@ __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const X2 &x_ag
 struct RowStats {
   float off, rstd, mean;
 };
-__device__ __forceinline__ RowStats ln_cluster_stats(const ChunkStats &cs, RingRed &red,
-                                                     int &xround, int csize, float inv_n,
-                                                     float eps) {
+/* The combination half of ln_cluster_stats: slots[r] holds rank r's ChunkStats as (ref, c, m2,
+ * n), for r < csize. */
+__device__ __forceinline__ RowStats ln_rank_combine(const ChunkStats &cs, const float4 *slots,
+                                                    int csize, float inv_n, float eps) {
   float c = cs.c, m2 = cs.m2, mref = cs.ref;
   if (csize > 1) {
     /* Lane r of every warp takes rank r's terms; xor butterflies add them, which gives every
      * lane (and every warp: same inputs, same tree) the same bits. */
-    const int slot = cluster_exchange(make_float4(cs.ref, cs.c, cs.m2, cs.n), red, xround, csize);
-    mref = red.cta[slot][0].x;
+    mref = slots[0].x;
     const int r = threadIdx.x & 31;
     float fn = 0.f, dr = 0.f, m2r = 0.f;
     if (r < csize) {
-      const float4 q = red.cta[slot][r];
+      const float4 q = slots[r];
       fn = q.w;
       dr = (q.x - mref) + q.y; /* rank r's mean, relative to mref */
       m2r = q.z;
@@ -853,6 +889,14 @@ __device__ __forceinline__ RowStats ln_cluster_stats(const ChunkStats &cs, RingR
   st.off = c - (cs.ref - mref); /* x - (mref + c) = (x - cs.ref) - off */
   st.mean = mref + c;
   return st;
+}
+__device__ __forceinline__ RowStats ln_cluster_stats(const ChunkStats &cs, RingRed &red,
+                                                     int &xround, int csize, float inv_n,
+                                                     float eps) {
+  if (csize == 1)
+    return ln_rank_combine(cs, nullptr, 1, inv_n, eps);
+  const int slot = cluster_exchange(make_float4(cs.ref, cs.c, cs.m2, cs.n), red, xround, csize);
+  return ln_rank_combine(cs, red.cta[slot], csize, inv_n, eps);
 }
 
 /* RMSNorm: the sum of squares over the cluster, in rank order (csize may be 1). */

@@ -447,22 +447,45 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
  * 96.2, fp16 94.0 -> 96.0. At 2^25-2^26 elements +0.5 to +4.6, but LayerNorm 8192 -3.6 at 4096
  * rows and level at 8192 (packed_rows_min_elements). fp32 LayerNorm (launchprobe's form, H200,
  * 2^27 elements): 5120 over 5 warps 98.0% of the copy and 8192 over 8 97.0%, where the lean
- * form ran 94.1%; fp32 4096, 16384 and 32768 and fp32 RMSNorm were level or slower there. */
-template <typename T, int VPL, int WPR, bool LN, bool G, bool B>
+ * form ran 94.1%; fp32 4096, 16384 and 32768 and fp32 RMSNorm were level or slower there.
+ * CL (sm_90): a row over a cluster launched a row, each CTA a chunk of CHUNK elements (16-bit
+ * RMSNorm rows of 2-16 chunks of 32768: packed_rows_shape, kFwdPackedCl); the CTAs' sums meet
+ * in one exchange through distributed shared memory (cluster_exchange_once), added in rank
+ * order (LayerNorm: ChunkStats, ln_rank_combine), so every CTA gets the same bits. Sweeps 76-77
+ * (H200, tuning builds, 2^27 elements, % of the copy, the kernels planned before -> this form):
+ * RMSNorm bf16 65536 84.3 -> 90.2, 131072 83.9 -> 86.3, 262144 80.0 -> 82.7, 524288 72.3 ->
+ * 77.5; fp16 84.8 -> 89.1, 84.6 -> 85.5, 80.1 -> 82.3, 72.9 -> 77.4 (at 2^25 elements +1 to
+ * +7). Chunks of 16384 lost 2-8 points (RMSNorm 32768 94.9 -> 86.9); LayerNorm moved -2.7 to
+ * +3 (bf16 65536 77 -> 80, fp16 79 -> 76-79) and stays on the other kernels: the exchange
+ * leaves the SM's two CTAs idle, and LayerNorm's 32768 rows run 91-93.5% in one CTA already. */
+template <typename T, int VPL, int WPR, bool LN, bool G, bool B, bool CL>
 __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) {
   constexpr int VEC = 16 / (int)sizeof(T), PAIRS = VEC / 2; /* elements, pairs a vector */
+  /* CL: the CTA's chunk of the row, CHUNK elements (the whole row without CL) */
+  constexpr int CHUNK = VPL * WPR * 32 * VEC;
   /* the posts of the warps' sums: LayerNorm's plain sum, then two centred ones (no barrier
    * between the second posts and the first's reads: they use other slots) */
   __shared__ float post[3 * WPR];
+  __shared__ float4 xslots[CL ? 16 : 1]; /* CL: the cluster's exchange (cluster_exchange_once) */
+  int csize = 1, crank = 0;
+  if constexpr (CL) {
+    cluster_shape(csize, crank);
+    cluster_start(csize);
+  }
   const int lane = WPR > 1 ? threadIdx.x % 32 : threadIdx.x;
   const int warp = WPR > 1 ? threadIdx.x / 32 : 0;
-  const T *x = (const T *)a.x;
-  T *y = (T *)a.y;
-  const T *gamma = (const T *)a.gamma;
-  const T *beta = (const T *)a.beta;
+  const int64_t c0 = (int64_t)crank * CHUNK; /* the chunk's first column */
+  const T *x = (const T *)a.x + c0;
+  T *y = (T *)a.y + c0;
+  const T *gamma = G ? (const T *)a.gamma + c0 : nullptr;
+  const T *beta = B ? (const T *)a.beta + c0 : nullptr;
   const float inv_n = count_rcp((float)a.cols);
+  /* LayerNorm's first mean and centred sums: over the CTA's chunk (CL), combined over the
+   * cluster as ChunkStats; over the row otherwise */
+  const float inv_first = CL ? 1.f / (float)CHUNK : inv_n;
   const uint32_t zero = (uint32_t)(a.cols < 0); /* 0: the plan takes only cols > 0 */
-  const int64_t row = blockIdx.x;               /* the grid: a CTA a row (plan_forward) */
+  /* the grid: a CTA, or a cluster of CTAs, a row (plan_forward) */
+  const int64_t row = CL ? blockIdx.x / csize : blockIdx.x;
   /* vector k of the thread: the CTA's k-th 32 * WPR vectors, warp by warp */
   uint4 v[VPL];
 #pragma unroll
@@ -484,7 +507,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
     float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
     group_sum<32, 1>(s);
     warps_sum<WPR, 1>(s, post);
-    m1 = s[0] * inv_n;
+    m1 = s[0] * inv_first;
   }
   /* LayerNorm: sum(x - m1) and sum((x - m1)^2); RMSNorm: sum(x^2) */
   float c2[2] = {0.f, 0.f}, q2[2] = {0.f, 0.f};
@@ -508,18 +531,41 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
     float t[2] = {c2[0] + c2[1], q2[0] + q2[1]};
     group_sum<32, 2>(t);
     warps_sum<WPR, 2>(t, post + WPR);
-    const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
-    rstd = st.rstd;
-    shift = -st.c * st.rstd;
-    mean_out = st.m1 + st.c;
+    if constexpr (CL) {
+      /* the chunk's mean m1 + c and sum of squared deviations, combined over the cluster in
+       * rank order (ln_rank_combine): y from (x - m1) - off. (Sweep 77: one CTA barrier
+       * instead of two, each thread's values centred on their own mean and combined by Chan's
+       * update as in fwd_lean_kernel, was level on bf16 rows and 2-3.6 points slower on fp16.) */
+      ChunkStats cs;
+      cs.ref = m1;
+      cs.c = t[0] * inv_first;
+      cs.m2 = t[1] - t[0] * cs.c;
+      cs.n = (float)CHUNK;
+      cluster_exchange_once(make_float4(cs.ref, cs.c, cs.m2, cs.n), xslots, csize);
+      const RowStats st = ln_rank_combine(cs, xslots, csize, inv_n, a.eps);
+      rstd = st.rstd;
+      shift = -st.off * st.rstd;
+      mean_out = st.mean;
+    } else {
+      const LnStats st = ln_stats(m1, t[0], t[1], inv_n, a.eps);
+      rstd = st.rstd;
+      shift = -st.c * st.rstd;
+      mean_out = st.m1 + st.c;
+    }
   } else {
     float t[1] = {q2[0] + q2[1]};
     group_sum<32, 1>(t);
     warps_sum<WPR, 1>(t, post);
+    if constexpr (CL) { /* the chunks' sums of squares, added in rank order */
+      cluster_exchange_once(make_float4(t[0], 0.f, 0.f, 0.f), xslots, csize);
+      t[0] = 0.f;
+      for (int r = 0; r < csize; ++r)
+        t[0] += xslots[r].x;
+    }
     rstd = 1.f / sqrtf(t[0] * inv_n + a.eps);
     shift = mean_out = 0.f; /* (RMSNorm's mean is stored as 0) */
   }
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0 && crank == 0)
     store_row_stats(a, row, mean_out, rstd);
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
@@ -1709,24 +1755,40 @@ static void (*fwd_stream_pick(bool ln, const Plan &plan))(FwdParams, int64_t, in
 /* fwd_rows_packed_kernel for the gamma and beta given: each presence known at compile time
  * (tested in the loop instead, the compiler hoisted and unswitched the loop's loads and
  * conversions, and bf16 LayerNorm 4096 ran 92.5% of the copy against 95.6%; session 29). */
-template <typename T, int VPL, int WPR, bool LN>
+template <typename T, int VPL, int WPR, bool LN, bool CL = false>
 static void (*fwd_rows_packed_gb(const FwdParams &a))(FwdParams) {
-  return a.gamma ? (a.beta ? fwd_rows_packed_kernel<T, VPL, WPR, LN, true, true>
-                           : fwd_rows_packed_kernel<T, VPL, WPR, LN, true, false>)
-                 : (a.beta ? fwd_rows_packed_kernel<T, VPL, WPR, LN, false, true>
-                           : fwd_rows_packed_kernel<T, VPL, WPR, LN, false, false>);
+  return a.gamma ? (a.beta ? fwd_rows_packed_kernel<T, VPL, WPR, LN, true, true, CL>
+                           : fwd_rows_packed_kernel<T, VPL, WPR, LN, true, false, CL>)
+                 : (a.beta ? fwd_rows_packed_kernel<T, VPL, WPR, LN, false, true, CL>
+                           : fwd_rows_packed_kernel<T, VPL, WPR, LN, false, false, CL>);
 }
 /* ... for the shapes plan_forward takes to it (packed_rows_shape); nullptr for any other */
 template <typename T>
 static void (*fwd_rows_packed_pick(const Plan &plan, const FwdParams &a))(FwdParams) {
   const int wpr = plan.threads / 32;
   if constexpr (sizeof(T) == 4) {
+    if (plan.cluster > 1)
+      return nullptr;
     if (a.layernorm && plan.vpt == 8 && wpr == 5)
       return fwd_rows_packed_gb<T, 8, 5, true>(a);
     if (a.layernorm && plan.vpt == 8 && wpr == 8)
       return fwd_rows_packed_gb<T, 8, 8, true>(a);
     return nullptr;
   } else {
+    if (plan.cluster > 1) {
+      /* sm_90: RMSNorm rows in chunks of 32768 elements over 8 warps (kFwdPackedCl); tuning
+       * builds also chunks of 16384 and LayerNorm rows (sweeps 76-77: not planned) */
+      if (wpr == 8 && plan.vpt == 16 && !a.layernorm)
+        return fwd_rows_packed_gb<T, 16, 8, false, true>(a);
+      if constexpr (kTuningBuild) {
+        if (wpr == 8 && plan.vpt == 8)
+          return a.layernorm ? fwd_rows_packed_gb<T, 8, 8, true, true>(a)
+                             : fwd_rows_packed_gb<T, 8, 8, false, true>(a);
+        if (wpr == 8 && plan.vpt == 16)
+          return fwd_rows_packed_gb<T, 16, 8, true, true>(a);
+      }
+      return nullptr;
+    }
     if (a.layernorm) {
       if (plan.vpt == 16 && wpr == 1)
         return fwd_rows_packed_gb<T, 16, 1, true>(a);
@@ -1755,7 +1817,8 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
           void (*k)(FwdParams) = fwd_rows_packed_pick<T>(plan, a);
           if (!k)
             return FNORM_ERR_UNSUPPORTED;
-          return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+          return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster > 1 ? plan.cluster : 1,
+                               stream, a);
         }
       if (plan.packed)
         return FNORM_ERR_UNSUPPORTED;

@@ -167,14 +167,16 @@ constexpr void rows_form_shape(int64_t nvec, int vec, int elem_bytes, int &lanes
 }
 
 /* The forward's packed rows form (fwd_rows_packed_kernel) for 16-byte rows of `cols` elements of
- * elem_bytes with gamma in their dtype: 16-byte vectors a lane (vpl) and warps a row (wpr), 0
- * where it takes none. 16-bit LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps, 16384
- * and 32768 over 8; 16-bit RMSNorm 16384 over 8; fp32 LayerNorm 5120 over 5 warps and 8192 over
+ * elem_bytes with gamma in their dtype: 16-byte vectors a lane (vpl), warps a CTA (wpr) and
+ * CTAs a row (cluster: 1, or 2-8 with cl_form below), 0 where it takes none. 16-bit LayerNorm 4096
+ * and 5120 over a warp, 8192 over 2 warps, 16384 and 32768 over 8; 16-bit RMSNorm 16384 over 8;
+ * fp32 LayerNorm 5120 over 5 warps and 8192 over
  * 8. launchprobe and the A/B runs of session 29 (H200) measured these shapes; other lengths
  * were not (fp32 LayerNorm 4096, 16384 and 32768 and fp32 RMSNorm 4096-32768 were level or
  * slower in launchprobe). */
-constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, int &vpl, int &wpr) {
-  vpl = wpr = 0;
+constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, int &vpl, int &wpr,
+                                 int &cluster, int cl_form = 0) {
+  vpl = wpr = cluster = 0;
   if (elem_bytes == 4) {
     if (layernorm && (cols == 5120 || cols == 8192))
       vpl = 8;
@@ -188,9 +190,27 @@ constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, i
   } else if (elem_bytes == 2 && cols == 16384) {
     vpl = 8;
   }
-  if (vpl)
+  if (vpl) {
     wpr = (int)(cols / ((16 / elem_bytes) * 32 * vpl));
+    cluster = 1;
+    return;
+  }
+  /* cl_form 1 (2): 16-bit rows of 2-8 chunks of 16384 (32768) elements not named above, a
+   * chunk a CTA of 8 warps of 8 (16) vectors a lane, the row over a cluster (sm_90; plan_forward
+   * passes a cl_form there alone: kFwdPackedCl, RMSNorm rows in chunks of 32768, sweeps 76-77).
+   * At most 8, the portable cluster size: the grid is launched whole, not sized by an occupancy
+   * query (clusters of 16 ran RMSNorm 524288 at 77% of the copy against 72-73%, sweep 76). */
+  const int64_t chunk = cl_form == 1 ? 16384 : cl_form == 2 ? 32768 : 0;
+  if (elem_bytes == 2 && chunk && cols % chunk == 0 && cols / chunk >= 2 && cols / chunk <= 8) {
+    vpl = (int)(chunk / (8 * 32 * 8));
+    wpr = 8;
+    cluster = (int)(cols / chunk);
+  }
 }
+
+/* packed_rows_shape's cl_form that plan_forward passes on sm_90 for RMSNorm and LayerNorm rows
+ * (tuning builds: FNORM_TUNE_FWD_PACKED_CL and FNORM_TUNE_FWD_PACKED_CL_LN) */
+constexpr int kFwdPackedCl = 2, kFwdPackedClLn = 0;
 
 /* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds); for
  * 16-bit LayerNorm 8192 (over 2 warps) 2^27, since the A/B run of session 29 had it 2 points

@@ -175,6 +175,10 @@ struct Tuning {
                                take the batch tier, 1 LayerNorm rows only, 0 none */
   int bwd_batch_cl;         /* ... 1 also LayerNorm rows of 16384 and 32768 over a cluster of 2
                                and 4 such CTAs of 8192, 2 RMSNorm rows too, 0 none */
+  int fwd_packed_cl;        /* forward (sm_90): packed_rows_shape's cl_form for 16-bit RMSNorm
+                               rows of 2-16 chunks over a cluster (1 chunks of 16384, 2 of
+                               32768), 0 none */
+  int fwd_packed_cl_ln;     /* ... for 16-bit LayerNorm rows */
 };
 
 #ifdef FNORM_TUNING
@@ -185,9 +189,11 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1,  2, 3, 512, 1024, 512, 16,  8, 9, 11,  1, 1, 1, 4096, 1, 0, 1, 32,
-              16, 1, 4, 1,   1,    1,   0,   4, 1, 0,   0, 2, 0, 1,    1, 1, 1, 128,
-              1,  1, 1, 1,   4,    1,   512, 1, 1, 320, 3, 1, 0, 1,    1, 2, 1};
+  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8,   9, 11, 1, 1, 1, 4096, 1, 0, 1,   32, 16,
+              1, 4, 1, 1,   1,    0,   4,  1,   0, 0,  2, 0, 1, 1,    1, 1, 128, 1,  1,
+              1, 1, 4, 1,   512,  1,   1,  320, 3, 1,  0, 1, 1, 2,    1, 0, 0};
+  t.fwd_packed_cl = kFwdPackedCl;
+  t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
   t.ring = tune_knob("FNORM_TUNE_BWD_RING", t.ring);
   t.stages = tune_knob("FNORM_TUNE_BWD_STAGES", t.stages);
@@ -242,6 +248,8 @@ Tuning tuning() {
   t.bwd_fin_pdl = tune_knob("FNORM_TUNE_BWD_FIN_PDL", t.bwd_fin_pdl);
   t.bwd_batch = tune_knob("FNORM_TUNE_BWD_BATCH", t.bwd_batch);
   t.bwd_batch_cl = tune_knob("FNORM_TUNE_BWD_BATCH_CL", t.bwd_batch_cl);
+  t.fwd_packed_cl = tune_knob("FNORM_TUNE_FWD_PACKED_CL", t.fwd_packed_cl);
+  t.fwd_packed_cl_ln = tune_knob("FNORM_TUNE_FWD_PACKED_CL_LN", t.fwd_packed_cl_ln);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -389,18 +397,23 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * than L2 holds; 16-bit LayerNorm 8192 from 2^27, packed_rows_min_elements): a
    * row a CTA of 1-8 warps in registers, 16-bit rows as their words (fwd_rows_packed_kernel). A/B
    * run of session 29 (H200, release builds, 2^27 elements; see the kernel). */
-  int packed_vpl = 0, packed_wpr = 0;
+  int packed_vpl = 0, packed_wpr = 0, packed_cluster = 0;
   const int elem = (int)dtype_bytes(p->dtype);
-  packed_rows_shape(p->norm == FNORM_LAYERNORM, p->cols, elem, packed_vpl, packed_wpr);
+  packed_rows_shape(p->norm == FNORM_LAYERNORM, p->cols, elem, packed_vpl, packed_wpr,
+                    packed_cluster,
+                    dev.cc_major < 9             ? 0
+                    : p->norm == FNORM_LAYERNORM ? tn.fwd_packed_cl_ln
+                                                 : tn.fwd_packed_cl);
   if (tn.fwd_rows_packed == 1 && packed_vpl && vec * elem == 16 && p->param_dtype == p->dtype &&
       p->rows * p->cols >= packed_rows_min_elements(p->norm == FNORM_LAYERNORM, p->cols, elem) &&
-      p->rows <= kMaxGrid) {
+      p->rows * packed_cluster <= kMaxGrid) {
     pl.tier = TIER_WARP;
     pl.packed = 1;
     pl.group = 32 * packed_wpr;
     pl.vpt = packed_vpl;
     pl.threads = 32 * packed_wpr;
-    pl.grid = p->rows; /* a CTA a row */
+    pl.cluster = packed_cluster;
+    pl.grid = p->rows * packed_cluster; /* a CTA, or a cluster, a row */
     return pl;
   }
   if (nvec <= 256) {
