@@ -296,11 +296,14 @@ class Timer:
         retries = 0
         while len(times) < self.reps:
             sleep_ms = 2.0 * self.calls * host_ms_per_call + 1.0
-            if self.sleep is not None:
-                # Long enough for the host to queue the whole batch behind it.
-                self.sleep(int(self.cycles_per_ms * sleep_ms))
+            slept = torch.cuda.Event(enable_timing=True)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            if self.sleep is not None:
+                # Long enough for the host to queue the whole batch behind it.
+                cycles = int(self.cycles_per_ms * sleep_ms)
+                slept.record()
+                self.sleep(cycles)
             t0 = time.perf_counter()
             start.record()
             for _ in range(self.calls):
@@ -308,10 +311,23 @@ class Timer:
             end.record()
             queued_ms = (time.perf_counter() - t0) * 1e3
             end.synchronize()
+            if self.sleep is not None:
+                # The sleep's length as the GPU ran it: a calibration taken while the GPU's
+                # clock was still low (the first cell of a run, after an idle GPU) makes every
+                # later sleep shorter than asked, and batches the host queued more slowly than
+                # the GPU ran them then measured the host: compare.py's backward figures for
+                # fusednorm (autograd and ctypes a call) read 60-79% of the copy at the start
+                # of a run and 86-95% later in the same machine's session, fnbench 88-96%
+                # (session 31). Recalibrate from each sleep.
+                slept_ms = slept.elapsed_time(start)
+                if slept_ms > 0:
+                    self.cycles_per_ms = cycles / slept_ms
+            else:
+                slept_ms = sleep_ms
             # A batch the host queued more slowly than the sleep lasted measured the host (a
             # busy CPU: torch.compile's workers, the GC), not the GPU: size the sleep from it
             # and measure again (a few times at most).
-            if self.sleep is not None and queued_ms > 0.8 * sleep_ms and retries < 3 * self.reps:
+            if self.sleep is not None and queued_ms > 0.8 * slept_ms and retries < 3 * self.reps:
                 retries += 1
                 host_ms_per_call = max(host_ms_per_call, 1.5 * queued_ms / self.calls)
                 continue
