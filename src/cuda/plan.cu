@@ -628,7 +628,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     }
   }
   /* Rows longer than one CTA of the lean form holds (16-bit LayerNorm rows of 32769-524288
-   * elements, 16-bit RMSNorm rows with 16-bit gamma of 32769-65535 and 262144-524288): the lean
+   * elements, 16-bit RMSNorm rows with 16-bit gamma of 32769-65535 and 262144-524288, save
+   * those the packed rows form takes over a cluster above, from 2^25 elements): the lean
    * form over a cluster of up to 16
    * (sm_90), each CTA an even chunk of at most 512 threads, 32 elements a thread (fp32
    * LayerNorm: 16, the most its statistics hold), persistent (as many clusters as are resident,
