@@ -449,15 +449,16 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
  * 2^27 elements): 5120 over 5 warps 98.0% of the copy and 8192 over 8 97.0%, where the lean
  * form ran 94.1%; fp32 4096, 16384 and 32768 and fp32 RMSNorm were level or slower there.
  * CL (sm_90): a row over a cluster launched a row, each CTA a chunk of CHUNK elements (16-bit
- * RMSNorm rows of 2-16 chunks of 32768: packed_rows_shape, kFwdPackedCl); the CTAs' sums meet
+ * RMSNorm rows of 2-8 chunks of 32768: packed_rows_shape, kFwdPackedCl); the CTAs' sums meet
  * in one exchange through distributed shared memory (cluster_exchange_once), added in rank
  * order (LayerNorm: ChunkStats, ln_rank_combine), so every CTA gets the same bits. Sweeps 76-77
  * (H200, tuning builds, 2^27 elements, % of the copy, the kernels planned before -> this form):
- * RMSNorm bf16 65536 84.3 -> 90.2, 131072 83.9 -> 86.3, 262144 80.0 -> 82.7, 524288 72.3 ->
- * 77.5; fp16 84.8 -> 89.1, 84.6 -> 85.5, 80.1 -> 82.3, 72.9 -> 77.4 (at 2^25 elements +1 to
- * +7). Chunks of 16384 lost 2-8 points (RMSNorm 32768 94.9 -> 86.9); LayerNorm moved -2.7 to
- * +3 (bf16 65536 77 -> 80, fp16 79 -> 76-79) and stays on the other kernels: the exchange
- * leaves the SM's two CTAs idle, and LayerNorm's 32768 rows run 91-93.5% in one CTA already. */
+ * RMSNorm bf16 65536 84.3 -> 90.2, 131072 83.9 -> 86.3, 262144 80.0 -> 82.7, 524288 (over 16
+ * CTAs; not planned, clusters stop at 8) 72.3 -> 77.5; fp16 84.8 -> 89.1, 84.6 -> 85.5, 80.1 ->
+ * 82.3, 72.9 -> 77.4 (at 2^25 elements +1.6 to +6.8). Chunks of 16384 lost 2-8 points (RMSNorm
+ * 32768 94.9 -> 86.9); LayerNorm moved -1.7 to +3.6 (bf16 65536 77 -> 80, fp16 79 -> 79) and
+ * stays on the other kernels, whose one-CTA rows of 32768 run 91-93.5%. Where the exchange's
+ * cost goes (both 256-thread CTAs of an SM wait on their clusters) was not profiled. */
 template <typename T, int VPL, int WPR, bool LN, bool G, bool B, bool CL>
 __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) {
   constexpr int VEC = 16 / (int)sizeof(T), PAIRS = VEC / 2; /* elements, pairs a vector */
