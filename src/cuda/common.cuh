@@ -900,14 +900,18 @@ __device__ __forceinline__ RowStats ln_cluster_stats(const ChunkStats &cs, RingR
 }
 
 /* RMSNorm: the sum of squares over the cluster, in rank order (csize may be 1). */
+/* The adding half: slots[r].x holds rank r's value, for r < csize. */
+__device__ __forceinline__ float rank_sum(const float4 *slots, int csize) {
+  float s = 0.f;
+  for (int r = 0; r < csize; ++r)
+    s += slots[r].x;
+  return s;
+}
 __device__ __forceinline__ float cluster_sum(float v, RingRed &red, int &xround, int csize) {
   if (csize == 1)
     return v;
   const int slot = cluster_exchange(make_float4(v, 0.f, 0.f, 0.f), red, xround, csize);
-  float s = 0.f;
-  for (int r = 0; r < csize; ++r)
-    s += red.cta[slot][r].x;
-  return s;
+  return rank_sum(red.cta[slot], csize);
 }
 
 /* The backward's two row sums over the cluster, in place (csize may be 1): one exchange, then

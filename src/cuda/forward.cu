@@ -559,9 +559,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
     warps_sum<WPR, 1>(t, post);
     if constexpr (CL) { /* the chunks' sums of squares, added in rank order */
       cluster_exchange_once(make_float4(t[0], 0.f, 0.f, 0.f), xslots, csize);
-      t[0] = 0.f;
-      for (int r = 0; r < csize; ++r)
-        t[0] += xslots[r].x;
+      t[0] = rank_sum(xslots, csize);
     }
     rstd = 1.f / sqrtf(t[0] * inv_n + a.eps);
     shift = mean_out = 0.f; /* (RMSNorm's mean is stored as 0) */
@@ -1814,12 +1812,12 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_WARP) {
     if constexpr (VEC * sizeof(T) == 16) {
       if constexpr (std::is_same<T, P>::value)
-        if (plan.packed) { /* fwd_rows_packed_kernel: a row a CTA of plan.threads */
+        if (plan.packed) { /* fwd_rows_packed_kernel: a row a CTA, or a cluster of plan.cluster
+                              CTAs, of plan.threads */
           void (*k)(FwdParams) = fwd_rows_packed_pick<T>(plan, a);
           if (!k)
             return FNORM_ERR_UNSUPPORTED;
-          return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster > 1 ? plan.cluster : 1,
-                               stream, a);
+          return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a);
         }
       if (plan.packed)
         return FNORM_ERR_UNSUPPORTED;

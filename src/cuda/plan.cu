@@ -176,7 +176,7 @@ struct Tuning {
   int bwd_batch_cl;         /* ... 1 also LayerNorm rows of 16384 and 32768 over a cluster of 2
                                and 4 such CTAs of 8192, 2 RMSNorm rows too, 0 none */
   int fwd_packed_cl;        /* forward (sm_90): packed_rows_shape's cl_form for 16-bit RMSNorm
-                               rows of 2-16 chunks over a cluster (1 chunks of 16384, 2 of
+                               rows of 2-8 chunks over a cluster (1 chunks of 16384, 2 of
                                32768), 0 none */
   int fwd_packed_cl_ln;     /* ... for 16-bit LayerNorm rows */
 };
