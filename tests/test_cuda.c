@@ -431,17 +431,18 @@ static void cuda_sizes(void) {
       }
     }
   }
-  /* 16-bit backward rows past the register ring's (more than 16384 16-byte vectors), and 16-bit
-   * rows with fp32 gamma past the warp tier's up to 640 vectors (5120; 65536 takes the register
-   * ring since sweep 64), with RESIDENT_TIER_ROWS rows: the ring's RESIDENT
-   * form on sm_90 from x (from y, and elsewhere, the stream tier or the register ring), in CTAs
-   * of up to 512 and up to 128 threads; 131080 leaves the last of 16 CTAs a shorter chunk, 16392
-   * the last of 8. Not under --quick (too few rows; racecheck ran the same kernel forced on at
-   * 2-16 rows in a tuning build): --filter 'M=240 ' picks them. */
+  /* Backward rows past the register ring's (16-bit: more than 16384 16-byte vectors; fp32: more
+   * than 32768, N = 131073-262144), and 16-bit rows with fp32 gamma past the warp tier's up to
+   * 640 vectors (5120; 65536 takes the register ring since sweep 64), with RESIDENT_TIER_ROWS
+   * rows: the ring's RESIDENT form on sm_90 from x (from y, and elsewhere, the stream tier or the
+   * register ring), in CTAs of up to 512 and up to 128 threads; 131080 leaves the last of 16
+   * CTAs a shorter chunk, 16392 the last of 8, fp32 196616 (one stage) and 163848 (two) the last
+   * of 16. Not under --quick (too few rows; racecheck ran the same kernel forced on at 1-16 rows
+   * in a tuning build): --filter 'M=240 ' picks them. */
   if (!g_opt.quick) {
-    static const case_shape resident[] = {{3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080},
-                                          {2, 0, 131080}, {2, 1, 5120},   {4, 0, 16392},
-                                          {4, 1, 65536}};
+    static const case_shape resident[] = {
+        {3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080}, {2, 0, 131080}, {2, 1, 5120},
+        {4, 0, 16392},  {4, 1, 65536},  {0, 0, 262144}, {0, 1, 196616}, {0, 0, 163848}};
     for (s = 0; s < (int)(sizeof resident / sizeof resident[0]); s++) {
       tcase c = tcase_default(norms[resident[s].norm], combos[resident[s].combo].dtype,
                               combos[resident[s].combo].param_dtype, RESIDENT_TIER_ROWS,

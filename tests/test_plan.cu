@@ -348,11 +348,16 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(pl.threads >= 32 && pl.threads <= 512 && pl.threads % 32 == 0,
             "backward ring: 32 to 512 threads, whole warps");
     require(kTuningBuild || !pl.variant ||
-                (p.dtype != FNORM_DTYPE_F32 && 2 * p.rows >= 3 * (int64_t)dev.sm_count &&
-                 (nvec > (int64_t)16 * 512 * kRingVpt ||
-                  (p.param_dtype == FNORM_DTYPE_F32 && pl.threads <= 128))),
-            "backward ring: the RESIDENT form for 16-bit rows past the register ring's, or with "
-            "fp32 gamma in CTAs of up to 128 threads, 1.5 rows an SM or more");
+                (!from_y &&
+                 (2 * p.rows >= 3 * (int64_t)dev.sm_count ||
+                  (p.dtype == FNORM_DTYPE_F32 && pl.nbuf >= 2 && p.rows >= dev.sm_count)) &&
+                 (p.dtype == FNORM_DTYPE_F32
+                      ? nvec > (int64_t)16 * 512 * kRingVptWide
+                      : nvec > (int64_t)16 * 512 * kRingVpt ||
+                            (p.param_dtype == FNORM_DTYPE_F32 && pl.threads <= 128))),
+            "backward ring: the RESIDENT form for rows past the register ring's (fp32: past four "
+            "vectors a thread), or 16-bit rows with fp32 gamma in CTAs of up to 128 threads, from "
+            "x, 1.5 rows an SM or more (fp32 in two stages: one row an SM)");
     require(pl.variant || (pl.nbuf >= 2 && pl.smem == (size_t)pl.nbuf * pl.chunk * 32 &&
                            pl.smem <= (size_t)dev.max_smem_optin),
             "backward ring: two stages or more that fit in shared memory");
@@ -746,8 +751,10 @@ void check_choices() {
     expect(h200, BF16, LN, 2048, 65536 + 8, false, pl.mode == MODE_REG && pl.variant == 0,
            "two barriers' statistics");
   }
-  /* Backward: 16-bit rows past the register ring, from x, 1.5 rows an SM or more: the ring's
-   * RESIDENT form; fp32, from y, or 160 rows: the stream tier (sweeps 41-43). */
+  /* Backward: rows past the register ring, from x, 1.5 rows an SM or more: the ring's RESIDENT
+   * form (fp32 since sweep 78); from y, or 160 rows: the stream tier (sweeps 41-43); fp32 rows
+   * of 524288 (past 16 CTAs of the form) and fp32 131072 (the register ring's four vectors a
+   * thread) not. */
   const int64_t scols[] = {196608, 262144};
   for (int i = 0; i < 2; ++i) {
     const int64_t rows = grid_rows(scols[i]);
@@ -767,7 +774,37 @@ void check_choices() {
            "the ring's RESIDENT form");
     p = problem(F32, LN, rows, scols[i]);
     expect(h200, F32, LN, rows, scols[i], true,
+           plan_backward(&p, 4, h200.info, false).tier == TIER_RING &&
+               plan_backward(&p, 4, h200.info, false).variant == 1,
+           "the ring's RESIDENT form");
+    expect(h200, F32, LN, rows, scols[i], true,
+           plan_backward(&p, 4, h200.info, true).tier == TIER_STREAM, "from y: the stream tier");
+    p.rows = 160;
+    expect(h200, F32, LN, 160, scols[i], true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+  }
+  {
+    Plan pl;
+    /* fp32 rows whose RESIDENT chunks take two stages: from one row an SM (sweep 78c) */
+    p = problem(F32, RMS, 132, 139264);
+    pl = plan_backward(&p, 4, h200.info, false);
+    expect(h200, F32, RMS, 132, 139264, true,
+           pl.tier == TIER_RING && pl.variant == 1 && pl.nbuf == 2,
+           "the ring's RESIDENT form, two stages");
+    p.rows = 100;
+    expect(h200, F32, RMS, 100, 139264, true,
+           plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    p = problem(F32, LN, 132, 262144); /* (one stage: 1.5 rows an SM) */
+    expect(h200, F32, LN, 132, 262144, true,
+           plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    p = problem(F32, RMS, 256, 524288);
+    expect(h200, F32, RMS, 256, 524288, true,
+           plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    p = problem(F32, LN, 1024, 131072);
+    pl = plan_backward(&p, 4, h200.info, false);
+    expect(h200, F32, LN, 1024, 131072, true,
+           pl.tier == TIER_RING && pl.variant == 0 && pl.vpt == kRingVptWide,
+           "the register ring, four vectors a thread");
   }
   /* Backward, 16-bit rows with fp32 gamma past the warp tier up to 640 vectors, from x, 1.5
    * rows an SM or more: the RESIDENT form in CTAs of 128 threads (sweep 48); longer rows (sweep

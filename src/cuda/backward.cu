@@ -25,8 +25,9 @@
  *                    streamed through a ring of shared-memory stages by bulk copies, the
  *                    accumulators in registers (one partial per cluster), added while the
  *                    warps' row sums meet on an mbarrier; LayerNorm from y
- *                    reads beta from shared memory. Its RESIDENT form takes 16-bit rows past
- *                    those (up to 16 * 512 * 4 vectors, N = 262144), and 16-bit rows with
+ *                    reads beta from shared memory. Its RESIDENT form takes rows past those
+ *                    (up to 16 * 512 * 32 elements: 16-bit N = 262144, fp32 past 131072
+ *                    up to 262144), and 16-bit rows with
  *                    fp32 gamma of up to 640 vectors (in CTAs of 128 threads), from x, each
  *                    CTA's chunk of dy and x kept in the stage and read there twice.
  *  bwd_batch_kernel  sm_90, 16-bit rows of 5120 and 8192 from x with 16-bit gamma, from 2^25
@@ -892,10 +893,11 @@ __global__ void __launch_bounds__(512, 1)
 /* RESIDENT: the thread's vectors stay in the stage, read there once for the row's sums and again
  * for dx, so VPT is 32 elements; gamma as fp32 in shared memory after the stages (before beta);
  * the stage is refilled after the second pass, behind a barrier. Planned, from x with 1.5 rows
- * an SM or more, for 16-bit rows past the register ring's (else the stream tier, which reads dy
- * and x twice from memory): sweeps 41-42 (H200, 2^27 elements), N = 196608 and 262144 +6 to +9
- * points (bf16 with fp32 gamma +4); fp32 -6 (it spills), from y -3 to -13; sweep 43 (bf16
- * 262144): 256 rows +4, 160 rows -0.9, 132 -2.4 (64 rows, sweep 42: -6). And for 16-bit rows
+ * an SM or more, for rows past the register ring's (else the stream tier, which reads dy and x
+ * twice from memory): sweeps 41-42 (H200, 2^27 elements), 16-bit N = 196608 and 262144 +6 to +9
+ * points (bf16 with fp32 gamma +4), from y -3 to -13; sweep 43 (bf16 262144): 256 rows +4, 160
+ * rows -0.9, 132 -2.4 (64 rows, sweep 42: -6); fp32 262144 -6 then, +2.1 to +2.4 in sweep 78
+ * (after the RMS form and the split row sums; see plan_backward). And for 16-bit rows
  * with fp32 gamma within the register ring's reach, in CTAs of 128 threads: there the register
  * ring runs 6-17 points below its rows with 16-bit gamma (probe 47), and sweep 48 measured
  * RESIDENT +5 to +11 points at N = 5120-65536 save 8192 (-2 to -3); with 16-bit gamma it lost
@@ -1395,14 +1397,14 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
                   ? nullptr
                   : bwd_ring_kernel<T, P, VEC, kRingVptWide, false, false, 0>;
         }
-      if (plan.variant) { /* RESIDENT: planned on 16-bit rows (plan_backward) */
+      if (plan.variant) { /* RESIDENT: planned on rows from x (plan_backward) */
         constexpr int RV = ring_resident_vpt(VEC);
         k = nullptr;
         vpt = RV;
         if constexpr (kTuningBuild) /* (and from y, with beta from shared memory) */
           k = plan.param_smem ? bwd_ring_from<T, P, VEC, RV, true, true>(a.from_y, rms)
                               : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y, rms);
-        else if constexpr (sizeof(T) == 2)
+        else
           k = plan.param_smem ? nullptr : bwd_ring_from<T, P, VEC, RV, false, true>(a.from_y, rms);
       }
       if (!k)

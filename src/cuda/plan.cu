@@ -117,8 +117,8 @@ struct Tuning {
                          barrier (cta_ln_stats) in CTAs of more than 256 threads, 0 never (two sums
                          behind two); 2 (tuning builds) on all LayerNorm rows */
   int bwd_ring_resident;    /* backward: rows past the register ring's take its RESIDENT form (the
-                               row kept in the stage) when 16-bit, from x and 1.5 rows an SM or
-                               more (1); never (0, the stream tier); 2 (tuning builds) all of them */
+                               row kept in the stage) when from x and 1.5 rows an SM or more
+                               (1); never (0, the stream tier); 2 (tuning builds) all of them */
   int bwd_resident_first;   /* ... 1: that form before the register ring, where the warp tier
                                does not fit, on the same rows (16-bit, from x, 1.5 rows an SM)
                                when their gamma is fp32; 0: never; 2 (tuning builds): whatever
@@ -805,11 +805,24 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * CTAs of 288-320 threads) take 3 stages: sweeps 53-54 (H200, 2^27 elements) measured +2.3
    * to +5 points at N = 4608-5120 (bf16 and fp16, LayerNorm and RMSNorm), where 3 stages cost
    * 0.6-1.9 points at N = 1152-2816 and 6144-8192 and more stages no more. Rows past it: the ring's
-   * RESIDENT form for 16-bit rows from x with 1.5 rows an SM or more (sweeps 41-42, H200: N =
-   * 196608-262144 +6 to +9 points over the stream tier at 512 rows; fp32 -6, from y -3 to -13;
-   * sweeps 42-43, bf16 262144: 256 rows +4, 160 rows -0.9, 132 -2.4, 64 -6). */
-  const bool resident_rows = (tn.bwd_ring_resident == 1 && dtype_bytes(p->dtype) == 2 && !from_y &&
-                              2 * p->rows >= 3 * (int64_t)dev.sm_count) ||
+   * RESIDENT form for rows from x with 1.5 rows an SM or more (sweeps 41-42, H200: 16-bit N =
+   * 196608-262144 +6 to +9 points over the stream tier at 512 rows; from y -3 to -13; sweeps
+   * 42-43, bf16 262144: 256 rows +4, 160 rows -0.9, 132 -2.4, 64 -6). fp32 rows past the ring's
+   * four vectors a thread (N = 131073-262144) too: sweeps 41-42 had them 6 points behind the
+   * stream tier, but since the ring's RMS form and split row sums sweep 78 (H200, tuning builds,
+   * 2^27 elements, the stream tier -> RESIDENT, % of the copy) measured 262144 (one stage) 54.4
+   * -> 58.1, 229376 52.7 -> 58.7, 196608 49.3 -> 55.3 (at 200 rows +1.2 to +1.7), and where two
+   * stages fit (chunks of up to 2905 vectors: N <= 185956) 163840 52.0 -> 88.7, 139264 49.0 ->
+   * 88.2, LayerNorm and RMSNorm alike. Those two-stage rows gain from one row an SM on (sweep
+   * 78c: 132 rows +18 to +19 points, 160 rows +24; 64 rows +2.6 to +5.3, 32 rows -3.5 to -11),
+   * where the one-stage rows are level (132-160 rows) or lose (64 rows -11). */
+  Plan resident_trial;
+  const bool resident_two =
+      dtype_bytes(p->dtype) == 4 && !from_y && p->rows >= (int64_t)dev.sm_count &&
+      plan_ring_resident(resident_trial, vec, nvec, tn.stages, kMaxThreads, dev) &&
+      resident_trial.nbuf >= 2;
+  const bool resident_rows = (tn.bwd_ring_resident == 1 && !from_y &&
+                              (2 * p->rows >= 3 * (int64_t)dev.sm_count || resident_two)) ||
                              (kTuningBuild && tn.bwd_ring_resident == 2);
   /* 16-bit rows with fp32 gamma: the register ring runs them 6-17 points below the same rows
    * with 16-bit gamma (probe 47, H200: the same instructions and bytes, ncu run 46), the RESIDENT
