@@ -4,10 +4,13 @@
     python3 bench/tables.py fnbench RUN.csv          # forward and backward grids
     python3 bench/tables.py graph RUN.csv            # the graph preset's rows
     python3 bench/tables.py peers F.csv[:F] J.csv:J  # side by side, later files win per cell
+                                                     # (a file without fusednorm's row adds peers)
     python3 bench/tables.py peers L.csv:L fnbench=K.csv:K  # ... and fnbench's own numbers
 
 For `peers`, each file may carry a label after a colon; a cell's label is printed in a `run`
-column, so that a table merged from several runs says where each row comes from. The summary
+column, so that a table merged from several runs says where each row comes from: a file with
+fusednorm's row for a cell replaces the cell, one with only peers' rows adds them to it, and the
+run column then names both runs ("BR + BS"). The summary
 lines after each peer table count the cells where fusednorm is faster than the better of torch
 eager and torch.compile, and at least 1.15x faster. A `fnbench=` file adds fnbench's number
 for the cell (labelled with its run) and its ratio to the same peers, counted separately. A
@@ -82,7 +85,10 @@ def peer_tables(specs):
             key = (r["op"], r["direction"], r["dtype"], int(r["M"]), int(r["N"]))
             if r["library"] == "fusednorm":
                 cells[key] = {"_run": label}  # a later run replaces the whole cell
-            cells.setdefault(key, {"_run": label})[r["library"]] = r
+            cell = cells.setdefault(key, {"_run": label})
+            if label not in cell["_run"].split(" + "):  # a later run's peer joins the cell
+                cell["_run"] += " + " + label
+            cell[r["library"]] = r
     libs = [
         x
         for x in ("torch", "compile", "liger")
