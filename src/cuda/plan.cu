@@ -812,7 +812,7 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * stream tier, but since the ring's RMS form and split row sums sweep 78 (H200, tuning builds,
    * 2^27 elements, the stream tier -> RESIDENT, % of the copy) measured 262144 (one stage) 54.4
    * -> 58.1, 229376 52.7 -> 58.7, 196608 49.3 -> 55.3 (at 200 rows +1.2 to +1.7), and where two
-   * stages fit (chunks of up to 2905 vectors: N <= 185956) 163840 52.0 -> 88.7, 139264 49.0 ->
+   * stages fit (chunks of up to 2905 vectors: N <= 185920) 163840 52.0 -> 88.7, 139264 49.0 ->
    * 88.2, LayerNorm and RMSNorm alike. Those two-stage rows gain from one row an SM on (sweep
    * 78c: 132 rows +18 to +19 points, 160 rows +24; 64 rows +2.6 to +5.3, 32 rows -3.5 to -11),
    * where the one-stage rows are level (132-160 rows) or lose (64 rows -11). */
