@@ -295,6 +295,11 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
               (p.norm == FNORM_RMSNORM && ((pl.tier == TIER_WARP && pl.cluster <= 1) ||
                                            pl.tier == TIER_RING || pl.tier == TIER_BATCH)),
           "backward: the RMS form only for RMSNorm, on the kernels that have it");
+  require(!pl.thread_fill || (pl.tier == TIER_RING && pl.variant == 1 && pl.nbuf == 1),
+          "backward: each thread's own refill only in the ring's RESIDENT form with one stage");
+  require(kTuningBuild || pl.tier != TIER_RING || pl.variant != 1 ||
+              pl.thread_fill == (pl.nbuf == 1),
+          "backward ring RESIDENT: one stage refilled by each thread (bwd_resident_fill)");
   ++g_bwd_tiers[pl.tier == TIER_WARP    ? 0
                 : pl.tier == TIER_RING  ? 2
                 : pl.tier == TIER_ROW   ? 3
@@ -794,6 +799,11 @@ void check_choices() {
     p.rows = 100;
     expect(h200, F32, RMS, 100, 139264, true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    p = problem(F32, LN, 512, 262144); /* one stage, refilled by each thread */
+    pl = plan_backward(&p, 4, h200.info, false);
+    expect(h200, F32, LN, 512, 262144, true,
+           pl.tier == TIER_RING && pl.variant == 1 && pl.nbuf == 1 && pl.thread_fill == 1,
+           "the ring's RESIDENT form, one stage, each thread's refill");
     p = problem(F32, LN, 132, 262144); /* (one stage: 1.5 rows an SM) */
     expect(h200, F32, LN, 132, 262144, true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");

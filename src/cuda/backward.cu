@@ -29,7 +29,8 @@
  *                    (up to 16 * 512 * 32 elements: 16-bit N = 262144, fp32 past 131072
  *                    up to 262144), and 16-bit rows with
  *                    fp32 gamma of up to 640 vectors (in CTAs of 128 threads), from x, each
- *                    CTA's chunk of dy and x kept in the stage and read there twice.
+ *                    CTA's chunk of dy and x kept in the stage and read there twice (with
+ *                    one stage, each thread refilling its own vectors as it finishes them).
  *  bwd_batch_kernel  sm_90, 16-bit rows of 5120 and 8192 from x with 16-bit gamma, from 2^25
  *                    elements (batch_shape): a CTA a row, 2-4 rows a round sharing one CTA
  *                    barrier and the accumulators, each thread's vectors staged by its own
@@ -892,14 +893,16 @@ __global__ void __launch_bounds__(512, 1)
  * sweep 31: +6 to +22 points at N = 5120-8192). */
 /* RESIDENT: the thread's vectors stay in the stage, read there once for the row's sums and again
  * for dx, so VPT is 32 elements; gamma as fp32 in shared memory after the stages (before beta);
- * the stage is refilled after the second pass, behind a barrier. Planned, from x with 1.5 rows
- * an SM or more, for rows past the register ring's (else the stream tier, which reads dy and x
- * twice from memory): sweeps 41-42 (H200, 2^27 elements), 16-bit N = 196608 and 262144 +6 to +9
- * points (bf16 with fp32 gamma +4), from y -3 to -13; sweep 43 (bf16 262144): 256 rows +4, 160
- * rows -0.9, 132 -2.4 (64 rows, sweep 42: -6); fp32 262144 -6 then, +2.1 to +2.4 in sweep 78
- * (after the RMS form and the split row sums; see plan_backward). And for 16-bit rows
- * with fp32 gamma within the register ring's reach, in CTAs of 128 threads: there the register
- * ring runs 6-17 points below its rows with 16-bit gamma (probe 47), and sweep 48 measured
+ * the stage is refilled after the second pass, behind a barrier, by one bulk copy, or, with one
+ * stage (ring_fill: fp32 rows past N = 185920), by each thread for its own vectors as soon as it
+ * has used them (cp.async, a group a vector; sweep 79: +7 to +9 points at fp32 196608-262144).
+ * Planned, from x with 1.5 rows an SM or more, for rows past the register ring's (else the stream
+ * tier, which reads dy and x twice from memory): sweeps 41-42 (H200, 2^27 elements), 16-bit N =
+ * 196608 and 262144 +6 to +9 points (bf16 with fp32 gamma +4), from y -3 to -13; sweep 43 (bf16
+ * 262144): 256 rows +4, 160 rows -0.9, 132 -2.4 (64 rows, sweep 42: -6); fp32 262144 -6 then, +2.1
+ * to +2.4 in sweep 78 (after the RMS form and the split row sums; see plan_backward). And for
+ * 16-bit rows with fp32 gamma within the register ring's reach, in CTAs of 128 threads: there the
+ * register ring runs 6-17 points below its rows with 16-bit gamma (probe 47), and sweep 48 measured
  * RESIDENT +5 to +11 points at N = 5120-65536 save 8192 (-2 to -3); with 16-bit gamma it lost
  * 3-8 (sweep 44). Tuning builds have it for all dtypes and from y
  * (FNORM_TUNE_BWD_RING_RESIDENT=2). */
@@ -939,12 +942,32 @@ __global__ void __launch_bounds__(512, 1)
     bulk_load(ring + 2 * s * chunk_vecs, dychunk + row * a.dy_stride, bytes, &full[s]);
     bulk_load(ring + (2 * s + 1) * chunk_vecs, xychunk + row * a.xy_stride, bytes, &full[s]);
   };
-  if (threadIdx.x == 0 && count > 0)
+  /* RESIDENT with one stage and ring_fill: each thread copies its own vectors into the stage
+   * (cp.async, a group a vector k) and refills each with the next row's as soon as it has read
+   * it for dx, so that the next row's copy overlaps this row's second pass instead of waiting
+   * for the CTA's barrier and one bulk copy. A thread reads back only the slots it copied: no
+   * barrier, no mbarrier. */
+  const bool tfill = RESIDENT && a.ring_fill && nstages == 1;
+  if (threadIdx.x == 0 && count > 0 && !tfill)
     for (int s = 0; s < nstages; ++s) {
       const int64_t row = cluster_id + (int64_t)s * nclusters;
       if (row < a.rows)
         issue(s, row);
     }
+  /* (tfill) vector k of this thread for `row`, or nothing past the rows; one group a vector */
+  [[maybe_unused]] auto fill_vec = [&](int k, int64_t row) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (row < a.rows && i < count) {
+      cp_async_16(ring + i, dychunk + row * a.dy_stride + (int64_t)i * VEC);
+      cp_async_16(ring + chunk_vecs + i, xychunk + row * a.xy_stride + (int64_t)i * VEC);
+    }
+    cp_async_commit();
+  };
+  if constexpr (RESIDENT)
+    if (tfill)
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        fill_vec(k, cluster_id);
   const P *gamma = (const P *)a.gamma;
   const P *beta = from_y ? (const P *)a.beta : nullptr;
   const float inv_n = count_rcp((float)a.cols);
@@ -994,7 +1017,7 @@ __global__ void __launch_bounds__(512, 1)
     const float mu = cmu, rs = crs;
     if (row + nclusters < a.rows)
       row_stats(a, row + nclusters, cmu, crs, from_y);
-    if (count > 0)
+    if (count > 0 && !tfill)
       mbar_wait(&full[s], phase);
     const V *sdy = ring + 2 * s * chunk_vecs, *sxy = sdy + chunk_vecs;
     if constexpr (RESIDENT) {
@@ -1017,6 +1040,8 @@ __global__ void __launch_bounds__(512, 1)
       for (int k = 0; k < VPT; ++k)
         if (mine[k]) {
           float d[VEC], xh[VEC], g[VEC];
+          if (tfill) /* vector k's group has landed (one group a vector, in order) */
+            cp_async_wait_upto(VPT - 1 - k);
           elems(k, d, xh, g);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
@@ -1032,22 +1057,26 @@ __global__ void __launch_bounds__(512, 1)
       T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        if (!mine[k])
-          continue;
-        float d[VEC], xh[VEC], g[VEC], out[VEC];
-        elems(k, d, xh, g);
+        if (mine[k]) {
+          float d[VEC], xh[VEC], g[VEC], out[VEC];
+          elems(k, d, xh, g);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          out[e] = dx_elem<RMS>(dr, g[e], xh[e]);
-          acc_g[k * VEC + e] += d[e] * xh[e];
-          if (!RMS)
-            acc_b[k * VEC + e] += d[e];
+          for (int e = 0; e < VEC; ++e) {
+            out[e] = dx_elem<RMS>(dr, g[e], xh[e]);
+            acc_g[k * VEC + e] += d[e] * xh[e];
+            if (!RMS)
+              acc_b[k * VEC + e] += d[e];
+          }
+          if (dxr)
+            store_vec<T, VEC>(dxr + (int64_t)(threadIdx.x + k * blockDim.x) * VEC, out);
         }
-        if (dxr)
-          store_vec<T, VEC>(dxr + (int64_t)(threadIdx.x + k * blockDim.x) * VEC, out);
+        /* After the values read from vector k's slots are used (so the reads are done): its
+         * refill with the next row's vector k. */
+        if (tfill)
+          fill_vec(k, row + nclusters);
       }
       __syncthreads(); /* every thread is done with the stage */
-      if (threadIdx.x == 0 && count > 0) {
+      if (threadIdx.x == 0 && count > 0 && !tfill) {
         const int64_t next = row + (int64_t)nstages * nclusters;
         if (next < a.rows) {
           fence_proxy_async();
@@ -1128,6 +1157,9 @@ __global__ void __launch_bounds__(512, 1)
       }
     }
   }
+  if constexpr (RESIDENT)
+    if (tfill)
+      cp_async_wait_n<0>(); /* (only empty groups can be pending) */
   if (a.want_dparams)
     write_partials<VEC, VPT, RMS>(a, cluster_id, v0, mine, acc_g, acc_b);
   cluster_barrier(csize);
@@ -1409,8 +1441,10 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       }
       if (!k)
         return FNORM_ERR_UNSUPPORTED;
-      if (plan.vpt != vpt || (plan.param_smem && !a.from_y))
+      if (plan.vpt != vpt || (plan.param_smem && !a.from_y) ||
+          (plan.thread_fill && !(plan.variant && plan.nbuf == 1)))
         return FNORM_ERR_UNSUPPORTED;
+      a.ring_fill = plan.thread_fill;
       return launch_parts(k, plan.threads, plan.smem, plan.cluster, plan.nparts, stream, a,
                           plan.chunk, plan.nbuf);
     }

@@ -289,6 +289,17 @@ template <int N> __device__ __forceinline__ void cp_async_wait_n() {
   static_assert(N >= 0 && N < 8, "cp.async.wait_group takes 0 to 7 here");
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+/* ... for n (0 to 7) that unrolling makes a constant: at most n in flight (N the largest n). */
+template <int N = 7> __device__ __forceinline__ void cp_async_wait_upto(int n) {
+  if constexpr (N > 0) {
+    if (n >= N)
+      cp_async_wait_n<N>();
+    else
+      cp_async_wait_upto<N - 1>(n);
+  } else {
+    cp_async_wait_n<0>();
+  }
+}
 /* ... for `pending` 0 or 1 known at run time. */
 __device__ __forceinline__ void cp_async_wait(int pending) {
   if (pending)

@@ -34,6 +34,7 @@ struct BwdParams {
   int layernorm;
   int from_y;       /* 1: x recomputed from y by IEEE division; 2: by __fdividef */
   int want_dparams; /* dgamma or dbeta requested */
+  int ring_fill;    /* bwd_ring_kernel RESIDENT with one stage: Plan::thread_fill */
   /* dgamma/dbeta partials in the workspace: [nparts][cols] for gamma, then the same for beta */
   float *partial;
   int64_t nparts;
@@ -113,6 +114,9 @@ struct Plan {
   int fin_pdl;      /* backward (sm_90): the finalize launched as a programmatic dependent of the
                        row kernel (pdl_allow_dependents) */
   int round_rows;   /* TIER_BATCH: rows a round (nbuf rounds staged; threads, vpt: batch_shape) */
+  int thread_fill;  /* TIER_RING RESIDENT with one stage: each thread refills its own vectors of
+                       the stage by cp.async as soon as it has read them for dx (else one bulk
+                       copy of the chunk once the CTA is done with it) */
   /* TIER_STREAM (backward) */
   int64_t nchunks;                          /* row chunks per row in the first kernel */
   int64_t rows_per_part;                    /* rows per column-pass CTA */

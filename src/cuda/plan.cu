@@ -179,6 +179,9 @@ struct Tuning {
                                rows of 2-8 chunks over a cluster (1 chunks of 16384, 2 of
                                32768), 0 none */
   int fwd_packed_cl_ln;     /* ... for 16-bit LayerNorm rows */
+  int bwd_resident_fill;    /* backward ring's RESIDENT form with one stage: 1 each thread refills
+                               its own vectors of the stage with the next row's by cp.async as
+                               soon as it has read them for dx; 0 one bulk copy after the row */
 };
 
 #ifdef FNORM_TUNING
@@ -191,7 +194,7 @@ int tune_knob(const char *name, int fallback) {
 Tuning tuning() {
   Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8,   9, 11, 1, 1, 1, 4096, 1, 0, 1,   32, 16,
               1, 4, 1, 1,   1,    0,   4,  1,   0, 0,  2, 0, 1, 1,    1, 1, 128, 1,  1,
-              1, 1, 4, 1,   512,  1,   1,  320, 3, 1,  0, 1, 1, 2,    1, 0, 0};
+              1, 1, 4, 1,   512,  1,   1,  320, 3, 1,  0, 1, 1, 2,    1, 0, 0,   1};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -250,6 +253,7 @@ Tuning tuning() {
   t.bwd_batch_cl = tune_knob("FNORM_TUNE_BWD_BATCH_CL", t.bwd_batch_cl);
   t.fwd_packed_cl = tune_knob("FNORM_TUNE_FWD_PACKED_CL", t.fwd_packed_cl);
   t.fwd_packed_cl_ln = tune_knob("FNORM_TUNE_FWD_PACKED_CL_LN", t.fwd_packed_cl_ln);
+  t.bwd_resident_fill = tune_knob("FNORM_TUNE_BWD_RESIDENT_FILL", t.bwd_resident_fill);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -916,6 +920,12 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
                                           (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 2048)));
     pl.nparts = max64(
         1, min64(ceil_div(p->rows, max64(1, tn.min_rows)), per_sm * dev.sm_count / pl.cluster));
+    /* RESIDENT with one stage (fp32 rows past N = 185920): each thread refills its vectors of
+     * the stage as it finishes them (see bwd_ring_kernel), so the next row's copy overlaps this
+     * row's dx instead of following it. Sweep 79 (H200, tuning build, 2^27 elements, one bulk
+     * copy -> each thread's, % of the copy, twice each): fp32 262144 LayerNorm 56.9-57.0 ->
+     * 65.6, RMSNorm 57.2-57.4 -> 66.0; 196608 55.4-55.7 -> 62.7-63.1. */
+    pl.thread_fill = pl.variant && pl.nbuf == 1 && tn.bwd_resident_fill == 1;
   } else if (warp_fits) {
     pl = Plan{};
     pl.vec = vec;
