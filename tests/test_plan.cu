@@ -778,9 +778,8 @@ void check_choices() {
     expect(h200, BF16, LN, 256, scols[i], true, plan_backward(&p, 8, h200.info, false).variant == 1,
            "the ring's RESIDENT form");
     p = problem(F32, LN, rows, scols[i]);
-    expect(h200, F32, LN, rows, scols[i], true,
-           plan_backward(&p, 4, h200.info, false).tier == TIER_RING &&
-               plan_backward(&p, 4, h200.info, false).variant == 1,
+    pl = plan_backward(&p, 4, h200.info, false);
+    expect(h200, F32, LN, rows, scols[i], true, pl.tier == TIER_RING && pl.variant == 1,
            "the ring's RESIDENT form");
     expect(h200, F32, LN, rows, scols[i], true,
            plan_backward(&p, 4, h200.info, true).tier == TIER_STREAM, "from y: the stream tier");

@@ -820,13 +820,14 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * 88.2, LayerNorm and RMSNorm alike. Those two-stage rows gain from one row an SM on (sweep
    * 78c: 132 rows +18 to +19 points, 160 rows +24; 64 rows +2.6 to +5.3, 32 rows -3.5 to -11),
    * where the one-stage rows are level (132-160 rows) or lose (64 rows -11). */
-  Plan resident_trial;
-  const bool resident_two =
-      dtype_bytes(p->dtype) == 4 && !from_y && p->rows >= (int64_t)dev.sm_count &&
-      plan_ring_resident(resident_trial, vec, nvec, tn.stages, kMaxThreads, dev) &&
-      resident_trial.nbuf >= 2;
+  /* (a trial plan, made only where there are not 1.5 rows an SM) */
+  auto resident_two = [&] {
+    Plan trial;
+    return dtype_bytes(p->dtype) == 4 && p->rows >= (int64_t)dev.sm_count &&
+           plan_ring_resident(trial, vec, nvec, tn.stages, kMaxThreads, dev) && trial.nbuf >= 2;
+  };
   const bool resident_rows = (tn.bwd_ring_resident == 1 && !from_y &&
-                              (2 * p->rows >= 3 * (int64_t)dev.sm_count || resident_two)) ||
+                              (2 * p->rows >= 3 * (int64_t)dev.sm_count || resident_two())) ||
                              (kTuningBuild && tn.bwd_ring_resident == 2);
   /* 16-bit rows with fp32 gamma: the register ring runs them 6-17 points below the same rows
    * with 16-bit gamma (probe 47, H200: the same instructions and bytes, ncu run 46), the RESIDENT
