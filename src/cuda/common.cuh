@@ -910,14 +910,15 @@ __device__ __forceinline__ RowStats ln_cluster_stats(const ChunkStats &cs, RingR
   return ln_rank_combine(cs, red.cta[slot], csize, inv_n, eps);
 }
 
-/* RMSNorm: the sum of squares over the cluster, in rank order (csize may be 1). */
-/* The adding half: slots[r].x holds rank r's value, for r < csize. */
+/* The sum of slots[r].x over the ranks r < csize, in rank order: cluster_sum's adding half
+ * (the forward's packed rows form calls it after its own exchange). */
 __device__ __forceinline__ float rank_sum(const float4 *slots, int csize) {
   float s = 0.f;
   for (int r = 0; r < csize; ++r)
     s += slots[r].x;
   return s;
 }
+/* RMSNorm: the sum of squares over the cluster, in rank order (csize may be 1). */
 __device__ __forceinline__ float cluster_sum(float v, RingRed &red, int &xround, int csize) {
   if (csize == 1)
     return v;
