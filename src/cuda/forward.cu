@@ -970,9 +970,10 @@ __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nve
  * statistics meet in one exchange through distributed shared memory, in rank order
  * (ln_cluster_stats, cluster_sum), so every CTA gets the same bits. */
 template <typename T, typename P, int VEC, int VPT, bool LN, int MINB, bool FULL = false,
-          bool CL = false>
+          bool CL = false, bool GB = false>
 __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
   static_assert(!LN || VPT <= 4, "LayerNorm holds the thread's vectors");
+  static_assert(!GB || (LN && FULL), "GB: the FULL LayerNorm form with gamma and beta given");
   /* y by one 16-byte store a vector (store_vec) in the forms whose stores the compiler split
    * (clustered; RMSNorm at 32 elements a thread) and where run BC measured it faster (LayerNorm
    * at 32 elements a thread with fp32 gamma: 16-bit 32768 +5 points; with 16-bit gamma it lost
@@ -1129,8 +1130,13 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
       const Pack<T, VEC> pk =
           X_FIRST ? again[X_FIRST ? k : 0] : load_l1<T, VEC, true>(xr + i * VEC);
       float g[VEC], b[VEC], out[VEC];
-      load_param<P, VEC>(gamma, i * VEC, 1.f, g);
-      load_param<P, VEC>(beta, i * VEC, 0.f, b);
+      if constexpr (GB) { /* gamma and beta given (fwd_lean_full) */
+        load_vec<P, VEC>(gamma + i * VEC, g);
+        load_vec<P, VEC>(beta + i * VEC, b);
+      } else {
+        load_param<P, VEC>(gamma, i * VEC, 1.f, g);
+        load_param<P, VEC>(beta, i * VEC, 0.f, b);
+      }
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const float xv = pack_f32<T, VEC>(pk, e);
@@ -1694,10 +1700,23 @@ static void (*fwd_rows_pick(bool ln, int lanes, int vpl, int r))(FwdParams) {
   return nullptr;
 }
 
+/* fwd_lean_kernel's FULL form; with gb (gamma and beta given) on bf16 LayerNorm rows the form that
+ * knows it at compile time (GB): its y pass neither tests the pointers nor fills defaults (95 -> 65
+ * instructions a vector at 65536 over a cluster). Only there: A/B run CA (H200) gave bf16
+ * LayerNorm 65536 and 262144 +1.3 and +2.0 points, but fp16 LayerNorm 40960-262144 -0.8..-1.5 and
+ * 16-bit RMSNorm 32768 -2.3 (the compiler schedules those forms worse). */
+template <typename T, typename P, int VEC, int VPT, bool LN, bool CL>
+static void (*fwd_lean_full(bool gb))(FwdParams) {
+  if constexpr (LN && std::is_same<T, __nv_bfloat16>::value && std::is_same<T, P>::value)
+    if (gb)
+      return fwd_lean_kernel<T, P, VEC, VPT, LN, 2, true, CL, true>;
+  return fwd_lean_kernel<T, P, VEC, VPT, LN, 2, true, CL>;
+}
+
 /* fwd_lean_kernel for the norm and whether the row is full (nullptr if none: LayerNorm holds
- * at most 4 vectors a thread). */
+ * at most 4 vectors a thread); gb as fwd_lean_full. */
 template <typename T, typename P, int VEC, int VPT>
-static void (*fwd_lean_pick(bool ln, bool full, bool cl))(FwdParams) {
+static void (*fwd_lean_pick(bool ln, bool full, bool cl, bool gb))(FwdParams) {
   if (cl) {
     /* The clustered form, planned on 16-bit rows at 32 elements a thread (RMSNorm: with 16-bit
      * gamma); tuning builds also have fp32 rows (LayerNorm at 16). LayerNorm rows take its FULL
@@ -1706,27 +1725,27 @@ static void (*fwd_lean_pick(bool ln, bool full, bool cl))(FwdParams) {
                   (kTuningBuild && VPT * VEC == 16 && VPT <= 4)) {
       if (!ln) {
         if constexpr (kTuningBuild || sizeof(P) == 2)
-          return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true, true>
+          return full ? fwd_lean_full<T, P, VEC, VPT, false, true>(gb)
                       : fwd_lean_kernel<T, P, VEC, VPT, false, 2, false, true>;
         return nullptr;
       }
       if constexpr (VPT <= 4)
         if (full)
-          return fwd_lean_kernel<T, P, VEC, VPT, true, 2, true, true>;
+          return fwd_lean_full<T, P, VEC, VPT, true, true>(gb);
     }
     return nullptr;
   }
   if (!ln)
-    return full ? fwd_lean_kernel<T, P, VEC, VPT, false, 2, true>
+    return full ? fwd_lean_full<T, P, VEC, VPT, false, false>(gb)
                 : fwd_lean_kernel<T, P, VEC, VPT, false, 2>;
   /* LayerNorm: planned on 16-bit rows with 16-bit gamma, and where four vectors a thread fill
    * the row exactly (FULL) on 16-bit rows with fp32 gamma and on fp32 rows (tuning builds: all) */
   if constexpr (VPT <= 4 && (kTuningBuild || (sizeof(T) == 2 && sizeof(P) == 2)))
-    return full ? fwd_lean_kernel<T, P, VEC, VPT, true, 2, true>
+    return full ? fwd_lean_full<T, P, VEC, VPT, true, false>(gb)
                 : fwd_lean_kernel<T, P, VEC, VPT, true, 2>;
   if constexpr (VPT == 4 && sizeof(P) == 4)
     if (full)
-      return fwd_lean_kernel<T, P, VEC, VPT, true, 2, true>;
+      return fwd_lean_full<T, P, VEC, VPT, true, false>(gb);
   return nullptr;
 }
 
@@ -1858,12 +1877,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         /* (over a cluster of plan.cluster CTAs, each a chunk of plan.chunk vectors) */
         const bool cl = plan.cluster > 1;
         const bool full = a.cols == (int64_t)plan.threads * plan.vpt * plan.cluster * VEC;
+        const bool ln = a.layernorm != 0;
+        const bool gb = a.gamma && a.beta;
         if (plan.vpt == V1)
-          k = fwd_lean_pick<T, P, VEC, V1>(a.layernorm != 0, full, cl);
+          k = fwd_lean_pick<T, P, VEC, V1>(ln, full, cl, gb);
         else if (plan.vpt == 2 * V1)
-          k = fwd_lean_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, full, cl);
+          k = fwd_lean_pick<T, P, VEC, 2 * V1>(ln, full, cl, gb);
         else if (plan.vpt == 4 * V1)
-          k = fwd_lean_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, full, cl);
+          k = fwd_lean_pick<T, P, VEC, 4 * V1>(ln, full, cl, gb);
         if (k)
           return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a);
         return FNORM_ERR_UNSUPPORTED;
