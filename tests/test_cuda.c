@@ -373,18 +373,17 @@ static void cuda_sizes(void) {
   }
   /* The forward's packed rows form (fwd_rows_packed_kernel): the rows packed_rows_shape names
    * with gamma in their dtype (16-bit LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps
-   * from 2^27 elements, 16384 and 32768 over 8, RMSNorm 16384 over 8, from 2^25; fp32 LayerNorm
-   * 5120 over 5 warps and 8192 over 8, from 2^25, also on both hard inputs), a row a CTA, 16-bit
-   * rows held as their 16-bit words.
-   * Each also with aligned strides and no gamma/beta or statistics (forward_cases), then on a 1e4
-   * offset (even entries) or with NaN/Inf in some rows (odd ones), and in place (the first two
-   * and the RMSNorm ones). fp32 gamma keeps the other tiers (the cases above). Under --quick the
-   * first alone. The last seven are 16-bit rows of 2-8 chunks of 16384 or 32768 elements, which
-   * its cluster form takes on sm_90 where plan_forward plans it (RMSNorm in chunks of 32768,
-   * kFwdPackedCl: fp16 262144 over 8 CTAs, bf16 65536 over 2; tuning builds
-   * FNORM_TUNE_FWD_PACKED_CL=1 or 2 and FNORM_TUNE_FWD_PACKED_CL_LN=1 or 2 take the others:
+   * from 2^27 elements, 16384 and 32768 over 8, RMSNorm 16384 and 32768 over 8, from 2^25; fp32
+   * LayerNorm 5120 over 5 warps and 8192 over 8, from 2^25, also on both hard inputs), a row a CTA,
+   * 16-bit rows held as their 16-bit words. Each also with aligned strides and no gamma/beta or
+   * statistics (forward_cases), then on a 1e4 offset (even entries) or with NaN/Inf in some rows
+   * (odd ones), and in place (the first two and the RMSNorm ones). fp32 gamma keeps the other tiers
+   * (the cases above). Under --quick the first alone. The last seven are 16-bit rows of 2-8 chunks
+   * of 16384 or 32768 elements, which its cluster form takes on sm_90 where plan_forward plans it
+   * (RMSNorm in chunks of 32768, kFwdPackedCl: fp16 262144 over 8 CTAs, bf16 65536 over 2; tuning
+   * builds FNORM_TUNE_FWD_PACKED_CL=1 or 2 and FNORM_TUNE_FWD_PACKED_CL_LN=1 or 2 take the others:
    * LayerNorm 65536 over 2 or 4 CTAs, 262144 over 8, 49152 over 3 chunks of 16384, RMSNorm 32768
-   * over 2); elsewhere they test the tiers that take them. */
+   * over 2, which other builds run in one CTA); elsewhere they test the tiers that take them. */
   {
     static const case_shape packed_form[] = {
         {3, 0, 4096},  {1, 0, 5120},   {1, 0, 4096},   {3, 0, 5120},  {3, 0, 8192},  {1, 0, 16384},

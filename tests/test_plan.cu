@@ -667,7 +667,7 @@ void check_choices() {
                  reg = norm == RMS && ccols[i] > 32768 && !rms_cl,
                  packed =
                      (norm == LN && ccols[i] <= 32768 && ccols[i] != 20480 && ccols[i] != 24576) ||
-                     (norm == RMS && ccols[i] == 16384) || rms_cl,
+                     (norm == RMS && (ccols[i] == 16384 || ccols[i] == 32768)) || rms_cl,
                  lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192);
       if (packed) {
         expect(h200, BF16, norm, rows, ccols[i], false, pl.tier == TIER_WARP && pl.packed,
@@ -689,8 +689,9 @@ void check_choices() {
         expect(h200, BF16, norm, 4096, ccols[i], false,
                !!plan_forward(&p, 8, h200.info).variant ==
                    (!reg && ((norm == RMS && ccols[i] > 4096) || ccols[i] > 8192)),
-               "4096 rows: the lean form for RMSNorm rows of 8192-32768, LayerNorm's of "
-               "8193-32768 and (over a cluster) past 32768");
+               "4096 rows: the lean form for RMSNorm rows of 8192 (16384 and 32768 from 2^25 "
+               "elements on the packed form), LayerNorm's of 8193-32768 and (over a cluster) past "
+               "32768");
       }
     }
   {

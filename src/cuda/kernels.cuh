@@ -173,9 +173,9 @@ constexpr void rows_form_shape(int64_t nvec, int vec, int elem_bytes, int &lanes
 /* The forward's packed rows form (fwd_rows_packed_kernel) for 16-byte rows of `cols` elements of
  * elem_bytes with gamma in their dtype: 16-byte vectors a lane (vpl), warps a CTA (wpr) and
  * CTAs a row (cluster: 1, or 2-8 with cl_form below), 0 where it takes none. 16-bit LayerNorm 4096
- * and 5120 over a warp, 8192 over 2 warps, 16384 and 32768 over 8; 16-bit RMSNorm 16384 over 8;
- * fp32 LayerNorm 5120 over 5 warps and 8192 over
- * 8. launchprobe and the A/B runs of session 29 (H200) measured these shapes; other lengths
+ * and 5120 over a warp, 8192 over 2 warps, 16384 and 32768 over 8; 16-bit RMSNorm 16384 and 32768
+ * over 8; fp32 LayerNorm 5120 over 5 warps and 8192 over 8. launchprobe, the A/B runs of session
+ * 29 and A/B run CG (RMSNorm 32768, session 34) (H200) measured these shapes; other lengths
  * were not (fp32 LayerNorm 4096, 16384 and 32768 and fp32 RMSNorm 4096-32768 were level or
  * slower in launchprobe). */
 constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, int &vpl, int &wpr,
@@ -191,8 +191,8 @@ constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, i
       vpl = 20;
     else if (cols == 16384)
       vpl = 8;
-  } else if (elem_bytes == 2 && cols == 16384) {
-    vpl = 8;
+  } else if (elem_bytes == 2 && (cols == 16384 || cols == 32768)) {
+    vpl = cols == 16384 ? 8 : 16;
   }
   if (vpl) {
     wpr = (int)(cols / ((16 / elem_bytes) * 32 * vpl));

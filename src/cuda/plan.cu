@@ -396,11 +396,11 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
-  /* Rows packed_rows_shape names (16-bit LayerNorm 4096-32768 and RMSNorm 16384, fp32 LayerNorm
-   * 5120 and 8192) with gamma in their dtype, from 2^25 elements on (the rows form's bound: more
-   * than L2 holds; 16-bit LayerNorm 8192 from 2^27, packed_rows_min_elements): a
-   * row a CTA of 1-8 warps in registers, 16-bit rows as their words (fwd_rows_packed_kernel). A/B
-   * run of session 29 (H200, release builds, 2^27 elements; see the kernel). */
+  /* Rows packed_rows_shape names (16-bit LayerNorm 4096-32768 and RMSNorm 16384 and 32768, fp32
+   * LayerNorm 5120 and 8192) with gamma in their dtype, from 2^25 elements on (the rows form's
+   * bound: more than L2 holds; 16-bit LayerNorm 8192 from 2^27, packed_rows_min_elements): a row a
+   * CTA of 1-8 warps in registers, 16-bit rows as their words (fwd_rows_packed_kernel). A/B run of
+   * session 29 (H200, release builds, 2^27 elements; see the kernel). */
   int packed_vpl = 0, packed_wpr = 0, packed_cluster = 0;
   const int elem = (int)dtype_bytes(p->dtype);
   packed_rows_shape(p->norm == FNORM_LAYERNORM, p->cols, elem, packed_vpl, packed_wpr,
