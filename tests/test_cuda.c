@@ -372,7 +372,7 @@ static void cuda_sizes(void) {
     }
   }
   /* The forward's packed rows form (fwd_rows_packed_kernel): the rows packed_rows_shape names
-   * with gamma in their dtype (16-bit LayerNorm 4096 and 5120 over a warp, 8192 over 2 warps
+   * with gamma in their dtype (16-bit LayerNorm 4096 and 5120 over a warp, 8192 over 4 warps
    * from 2^27 elements, 16384 and 32768 over 8, RMSNorm 16384 and 32768 over 8, from 2^25; fp32
    * LayerNorm 5120 over 5 warps and 8192 over 8, from 2^25, also on both hard inputs), a row a CTA,
    * 16-bit rows held as their 16-bit words. Each also with aligned strides and no gamma/beta or

@@ -429,7 +429,7 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
 }
 
 /* A row a CTA of WPR warps (packed_rows_shape: 16-bit LayerNorm 4096 and 5120 over one warp,
- * 8192 over 2, 16384 and 32768 over 8; 16-bit RMSNorm 16384 and 32768 over 8; fp32 LayerNorm 5120
+ * 8192 over 4, 16384 and 32768 over 8; 16-bit RMSNorm 16384 and 32768 over 8; fp32 LayerNorm 5120
  * over 5 and 8192 over 8), not persistent, VPL 16-byte vectors a lane in registers: a 16-bit row
  * held as its 16-bit words (64-80 registers, where fwd_rows_kernel's floats would take twice that)
  * and converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums
@@ -1815,8 +1815,8 @@ static void (*fwd_rows_packed_pick(const Plan &plan, const FwdParams &a))(FwdPar
         return fwd_rows_packed_gb<T, 16, 1, true>(a);
       if (plan.vpt == 20 && wpr == 1)
         return fwd_rows_packed_gb<T, 20, 1, true>(a);
-      if (plan.vpt == 16 && wpr == 2)
-        return fwd_rows_packed_gb<T, 16, 2, true>(a);
+      if (plan.vpt == 8 && wpr == 4)
+        return fwd_rows_packed_gb<T, 8, 4, true>(a);
       if (plan.vpt == 8 && wpr == 8)
         return fwd_rows_packed_gb<T, 8, 8, true>(a);
       if (plan.vpt == 16 && wpr == 8)

@@ -173,11 +173,15 @@ constexpr void rows_form_shape(int64_t nvec, int vec, int elem_bytes, int &lanes
 /* The forward's packed rows form (fwd_rows_packed_kernel) for 16-byte rows of `cols` elements of
  * elem_bytes with gamma in their dtype: 16-byte vectors a lane (vpl), warps a CTA (wpr) and
  * CTAs a row (cluster: 1, or 2-8 with cl_form below), 0 where it takes none. 16-bit LayerNorm 4096
- * and 5120 over a warp, 8192 over 2 warps, 16384 and 32768 over 8; 16-bit RMSNorm 16384 and 32768
+ * and 5120 over a warp, 8192 over 4 warps, 16384 and 32768 over 8; 16-bit RMSNorm 16384 and 32768
  * over 8; fp32 LayerNorm 5120 over 5 warps and 8192 over 8. launchprobe, the A/B runs of session
- * 29 and A/B run CG (RMSNorm 32768, session 34) (H200) measured these shapes; other lengths
- * were not (fp32 LayerNorm 4096, 16384 and 32768 and fp32 RMSNorm 4096-32768 were level or
- * slower in launchprobe). */
+ * 29, A/B run CG (RMSNorm 32768) and sweep 83 (16-bit LayerNorm 8192-32768 in other CTA shapes;
+ * session 34) (H200) measured these shapes; other lengths were not (fp32 LayerNorm 4096, 16384
+ * and 32768 and fp32 RMSNorm 4096-32768 were level or slower in launchprobe). Sweep 83 (tuning
+ * build, 2^27 elements, % of the copy): LayerNorm 8192 over 4 warps of 8 vectors a lane 93.6-93.8
+ * -> 95.3-95.5 (over 2 of 16 before; over 8 of 4: 94.9-95.1); 16384 over 4 of 16 -1 to -1.2,
+ * over 16 of 4 level; 32768 over 16 of 8 bf16 +1.5 (92.6-92.7) but fp16 93.4-93.6 -> 77.1, over
+ * 32 of 4 -22 to -24. */
 constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, int &vpl, int &wpr,
                                  int &cluster, int cl_form = 0) {
   vpl = wpr = cluster = 0;
@@ -185,11 +189,11 @@ constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, i
     if (layernorm && (cols == 5120 || cols == 8192))
       vpl = 8;
   } else if (elem_bytes == 2 && layernorm) {
-    if (cols == 4096 || cols == 8192 || cols == 32768)
+    if (cols == 4096 || cols == 32768)
       vpl = 16;
     else if (cols == 5120)
       vpl = 20;
-    else if (cols == 16384)
+    else if (cols == 8192 || cols == 16384)
       vpl = 8;
   } else if (elem_bytes == 2 && (cols == 16384 || cols == 32768)) {
     vpl = cols == 16384 ? 8 : 16;
@@ -217,7 +221,7 @@ constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, i
 constexpr int kFwdPackedCl = 2, kFwdPackedClLn = 0;
 
 /* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds); for
- * 16-bit LayerNorm 8192 (over 2 warps) 2^27, since the A/B run of session 29 had it 2 points
+ * 16-bit LayerNorm 8192 2^27, since the A/B run of session 29 had it (then over 2 warps) 2 points
  * faster at 16384 rows, level at 8192 and 3.6 slower at 4096. fp32 LayerNorm (A/B run of
  * session 30, H200, release builds, % of the copy): 5120 at 6553 rows 92.5 -> 92.3, 13107 rows
  * 94.0 -> 97.0, 26214 rows 94.7 -> 97.5; 8192 at 4096 rows 91.6 -> 93.5, 8192 rows 93.6 -> 96.0. */
