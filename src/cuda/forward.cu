@@ -428,27 +428,27 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
   }
 }
 
-/* A row a CTA of WPR warps (packed_rows_shape: 16-bit LayerNorm 4096 and 5120 over one warp,
- * 8192 over 4, 16384 and 32768 over 8; 16-bit RMSNorm 16384 and 32768 over 8; fp32 LayerNorm 5120
- * over 5 and 8192 over 8), not persistent, VPL 16-byte vectors a lane in registers: a 16-bit row
- * held as its 16-bit words (64-80 registers, where fwd_rows_kernel's floats would take twice that)
- * and converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums
- * centred on the first mean (ln_stats), y from (x - m1) - c (the centring's accuracy: y as
- * x * rstd - mean * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and
- * wrong by several ulps on offset rows); RMSNorm's sum of squares, y. The warps' sums meet in
- * shared memory (warps_sum). G and B: gamma and beta given (in x's dtype), read per row where y
- * is computed; they and y's 16-byte stores are volatile, so that the compiler neither hoists all
- * of a row's gamma/beta loads nor sinks its stores, which held their registers; y's pairs are
- * rounded by one paired conversion each (f32_word). No loop over rows (a loop took the rows of
- * 5120 from 114 registers to 168-190).
- * A/B run of session 29 (H200, release builds of 555273a and of this tree alternated, fnbench,
- * 2^27 elements; % of the copy): LayerNorm bf16 4096 92.9 -> 95.6, 5120 93.2 -> 95.5, 8192
- * 91.8 -> 93.8, 16384 92.5 -> 95.0, 32768 89.3 -> 91.1; fp16 4096 94.7 -> 95.5, 5120 94.6 ->
- * 95.2, 8192 92.0 -> 93.8, 16384 92.8 -> 94.9, 32768 90.5 -> 93.6; RMSNorm 16384 bf16 93.8 ->
- * 96.2, fp16 94.0 -> 96.0. At 2^25-2^26 elements +0.5 to +4.6, but LayerNorm 8192 -3.6 at 4096
- * rows and level at 8192 (packed_rows_min_elements). RMSNorm 32768 (A/B run CG, session 34,
- * against the lean kernel): 2^27 elements +0.3 to +0.5 (bf16 94.8 -> 95.3), 2^26 +2.2 to +2.4,
- * 2^25 +3.6 to +4.0. fp32 LayerNorm (launchprobe's form, H200, 2^27 elements): 5120 over 5
+/* A row a CTA of WPR warps (packed_rows_shape: 16-bit LayerNorm 4096 and 5120 over one warp, 8192
+ * over 4, 16384 and 32768 over 8; 16-bit RMSNorm 16384 and 32768 over 8; fp32 LayerNorm 5120 over 5
+ * and 8192 over 8), not persistent, VPL 16-byte vectors a lane in registers: a 16-bit row held as
+ * its 16-bit words (64-80 registers, where fwd_rows_kernel's floats would take twice that) and
+ * converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums centred on
+ * the first mean (ln_stats), y from (x - m1) - c (the centring's accuracy: y as x * rstd - mean *
+ * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and wrong by several ulps on
+ * offset rows); RMSNorm's sum of squares, y. The warps' sums meet in shared memory (warps_sum). G
+ * and B: gamma and beta given (in x's dtype), read per row where y is computed; they and y's
+ * 16-byte stores are volatile, so that the compiler neither hoists all of a row's gamma/beta loads
+ * nor sinks its stores, which held their registers; y's pairs are rounded by one paired conversion
+ * each (f32_word). No loop over rows (a loop took the rows of 5120 from 114 registers to 168-190).
+ * A/B run of session 29 (H200, release builds of 555273a and of this tree alternated, fnbench, 2^27
+ * elements; % of the copy): LayerNorm bf16 4096 92.9 -> 95.6, 5120 93.2 -> 95.5, 8192 91.8 -> 93.8,
+ * 16384 92.5 -> 95.0, 32768 89.3 -> 91.1; fp16 4096 94.7 -> 95.5, 5120 94.6 -> 95.2, 8192 92.0 ->
+ * 93.8, 16384 92.8 -> 94.9, 32768 90.5 -> 93.6; RMSNorm 16384 bf16 93.8 -> 96.2, fp16 94.0 -> 96.0.
+ * At 2^25-2^26 elements +0.5 to +4.6, but LayerNorm 8192 -3.6 at 4096 rows and level at 8192
+ * (packed_rows_min_elements). RMSNorm 32768 (A/B run CG, session 34, against the lean kernel): 2^27
+ * elements +0.3 to +0.5 (bf16 94.8 -> 95.3), 2^26 +2.2 to +2.4, 2^25 +3.6 to +4.0. LayerNorm 8192
+ * over 4 warps of 8 vectors a lane instead of 2 of 16 (sweep 83, session 34, tuning build):
+ * 93.6-93.8 -> 95.3-95.5. fp32 LayerNorm (launchprobe's form, H200, 2^27 elements): 5120 over 5
  * warps 98.0% of the copy and 8192 over 8 97.0%, where the lean form ran 94.1%; fp32 4096, 16384
  * and 32768 and fp32 RMSNorm were level or slower there. CL (sm_90): a row over a cluster launched
  * a row, each CTA a chunk of CHUNK elements (16-bit RMSNorm rows of 2-8 chunks of 32768:
@@ -456,12 +456,12 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
  * memory (cluster_exchange_once), added in rank order (LayerNorm: ChunkStats, ln_rank_combine), so
  * every CTA gets the same bits. Sweeps 76-77 (H200, tuning builds, 2^27 elements, % of the copy,
  * the kernels planned before -> this form): RMSNorm bf16 65536 84.3 -> 90.2, 131072 83.9 -> 86.3,
- * 262144 80.0 -> 82.7, 524288 (over 16 CTAs; not planned, clusters stop at 8) 72.3 -> 77.5;
- * fp16 84.8 -> 89.1, 84.6 -> 85.5, 80.1 -> 82.3, 72.9 -> 77.4 (at 2^25 elements +1.6 to +6.8).
- * Chunks of 16384 lost 2-8 points (RMSNorm 32768 94.9 -> 86.9); LayerNorm moved -1.7 to +3.6 (bf16
- * 65536 77 -> 80, fp16 79 -> 79) and stays on the other kernels, whose one-CTA rows of 32768 run
- * 91-93.5%. Where the exchange's cost goes (both 256-thread CTAs of an SM wait on their clusters)
- * was not profiled. */
+ * 262144 80.0 -> 82.7, 524288 (over 16 CTAs; not planned, clusters stop at 8) 72.3 -> 77.5; fp16
+ * 84.8 -> 89.1, 84.6 -> 85.5, 80.1 -> 82.3, 72.9 -> 77.4 (at 2^25 elements +1.6 to +6.8). Chunks of
+ * 16384 lost 2-8 points (RMSNorm 32768 94.9 -> 86.9); LayerNorm moved -1.7 to +3.6 (bf16 65536 77
+ * -> 80, fp16 79 -> 79) and stays on the other kernels, whose one-CTA rows of 32768 run 91-93.5%.
+ * Where the exchange's cost goes (both 256-thread CTAs of an SM wait on their clusters) was not
+ * profiled. */
 template <typename T, int VPL, int WPR, bool LN, bool G, bool B, bool CL>
 __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) {
   constexpr int VEC = 16 / (int)sizeof(T), PAIRS = VEC / 2; /* elements, pairs a vector */
