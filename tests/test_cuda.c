@@ -301,9 +301,9 @@ static void cuda_sizes(void) {
     forward_cases(lean_cl4, 6, 240, 1);
     /* bf16 LayerNorm with bf16 gamma and beta takes the FULL forms' GB variant (presence known at
      * compile time: runs CA, CC): 65536 over a cluster, and under --quick too. */
-    if (g_opt.quick)
+    if (g_opt.quick) {
       forward_cases(lean_cl4 + 5, 1, 240, 1);
-    if (!g_opt.quick) {
+    } else {
       forward_cases(lean_cl16, 6, 40, 0);
       forward_cases(lean_tune, 2, 80, 0);
       tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 80, 65536);
@@ -326,9 +326,9 @@ static void cuda_sizes(void) {
         {1, 0, 10240}, {0, 0, 12288}, {3, 0, 12288}, {3, 0, 16384}, {1, 0, 16384}, {0, 0, 8704},
         {0, 0, 5120},  {4, 0, 20480}, {2, 0, 32768}, {2, 1, 12288}, {4, 1, 14336}, {4, 1, 12296}};
     forward_cases(lean_ln, 12, CTA_TIER_ROWS, 2);
-    if (g_opt.quick) /* bf16 16384 in one CTA: the GB variant without a cluster */
+    if (g_opt.quick) { /* bf16 16384 in one CTA: the GB variant without a cluster */
       forward_cases(lean_ln + 3, 1, CTA_TIER_ROWS, 1);
-    if (!g_opt.quick) {
+    } else {
       tcase c =
           tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, CTA_TIER_ROWS, 12288);
       c.input = INPUT_OFFSET_1E4;
