@@ -414,6 +414,30 @@ static void cuda_sizes(void) {
       }
     }
   }
+  /* The forward's loop form (fwd_loop_kernel): fp32 RMSNorm rows of 2048-4096 with fp32 gamma
+   * from 2^25 elements, in one step of four vectors a thread (tuning builds' FNORM_TUNE_FWD_LOOP
+   * puts other RMSNorm rows on it too): 2048 and 4096 (CTAs of 128 and 256 threads filled
+   * exactly), 3072 and 2052 (the last thread's vectors partly past the row). Each also with
+   * aligned strides and no gamma or statistics (forward_cases), on a 1e4 offset, with NaN/Inf in
+   * some rows, and in place. Under --quick the first alone. */
+  {
+    static const case_shape loop_form[] = {{0, 1, 2048}, {0, 1, 4096}, {0, 1, 3072}, {0, 1, 2052}};
+    for (s = 0; s < (int)(sizeof loop_form / sizeof loop_form[0]); s++) {
+      const int64_t cols = loop_form[s].cols;
+      const int64_t rows = (((int64_t)1 << 25) + cols - 1) / cols;
+      forward_cases(loop_form + s, 1, rows, 1);
+      if (g_opt.quick)
+        break;
+      tcase c = tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows, cols);
+      c.input = INPUT_OFFSET_1E4;
+      gpu_forward_case("cuda", &c);
+      c.input = INPUT_NONFINITE_X;
+      gpu_forward_case("cuda", &c);
+      c = tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows, cols);
+      tcase_apply_layout(&c, 4, 1); /* in place */
+      gpu_forward_case("cuda", &c);
+    }
+  }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: from y
    * over a cluster of 2, 4 or 8 8-warp CTAs on sm_90 (from x the ring; elsewhere the ring or
    * the row tier), the last CTA's chunk shorter where the row does not split evenly (8196,

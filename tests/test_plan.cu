@@ -269,6 +269,18 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require(pl.threads == 512 && pl.grid < 0,
             "forward bulk-copy kernel: persistent 512-thread CTAs");
     break;
+  case MODE_LOOP:
+    require(wide && p.norm == FNORM_RMSNORM, "forward loop kernel: 16-byte RMSNorm rows");
+    require(pl.threads >= 32 && pl.threads <= 1024 && pl.threads % 32 == 0 && pl.cluster == 1 &&
+                (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4),
+            "forward loop kernel: whole warps, one CTA a row, 1, 2 or 4 vectors a step");
+    require(kTuningBuild ||
+                (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype && p.cols >= 2048 &&
+                 p.cols <= 4096 && p.rows * p.cols >= ((int64_t)1 << 25) && pl.vpt == 4 &&
+                 pl.threads * (int64_t)pl.vpt >= nvec),
+            "forward loop kernel: fp32 RMSNorm rows of 2048-4096 from 2^25 elements, four "
+            "vectors a step, the row in one step (sweep 86)");
+    break;
   case MODE_STREAM:
     require(wide, "forward streaming kernel: 16-byte rows");
     require(pl.chunk * pl.cluster >= nvec, "forward streaming kernel: the row covered");
@@ -890,16 +902,29 @@ void check_choices() {
   /* Forward CTA-per-row kernel: x read again for y on fp32 RMSNorm rows of 2048-8192 (sweep
    * 35), in 48 registers up to 4096, 40 beyond; on fp32 LayerNorm rows of 2048-4096 (A/B run
    * AH5) with 64 rows an SM, in 48; not at 16384, not LayerNorm past 4096 or with few rows, not
-   * 16-bit. */
+   * 16-bit. fp32 RMSNorm rows of 2048-4096 from 2^25 elements take the loop form instead (sweep
+   * 86: four vectors a thread in one step, 128 and 256 threads), below 2^25 the reread kernel. */
   const int64_t rcols[] = {2048, 4096, 5120, 8192, 16384};
   const int rregs[] = {48, 48, 40, 40, 0};
   for (int i = 0; i < 5; ++i) {
     const int64_t rows = grid_rows(rcols[i]);
     p = problem(F32, RMS, rows, rcols[i]);
     Plan pl = plan_forward(&p, 4, h200.info);
-    expect(h200, F32, RMS, rows, rcols[i], false,
-           pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
-           rregs[i] ? "x read again for y" : "the row held in registers");
+    if (rcols[i] <= 4096) {
+      expect(h200, F32, RMS, rows, rcols[i], false,
+             pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 4 &&
+                 pl.threads == rcols[i] / 16 && pl.grid == rows,
+             "the loop form, a row in one step of four vectors a thread");
+      p = problem(F32, RMS, rows / 8, rcols[i]);
+      pl = plan_forward(&p, 4, h200.info);
+      expect(h200, F32, RMS, rows / 8, rcols[i], false,
+             pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
+             "2^24 elements: x read again for y");
+    } else {
+      expect(h200, F32, RMS, rows, rcols[i], false,
+             pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
+             rregs[i] ? "x read again for y" : "the row held in registers");
+    }
     p = problem(F32, LN, rows, rcols[i]);
     const int ln_regs = rcols[i] <= 4096 ? 48 : 0;
     expect(h200, F32, LN, rows, rcols[i], false, plan_forward(&p, 4, h200.info).reread == ln_regs,

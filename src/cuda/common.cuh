@@ -164,6 +164,26 @@ __device__ __forceinline__ Pack<T, VEC> load_hinted(const T *p, uint64_t pol) {
   return pk;
 }
 
+/* As load_hinted, but allocating in L1 (a row read again soon by the same CTA), with L1's
+ * eviction priority L1P: 1 evict-last (the first of two reads), 2 evict-first (the last). */
+template <typename T, int VEC, int L1P>
+__device__ __forceinline__ Pack<T, VEC> load_hinted_l1(const T *p, uint64_t pol) {
+  static_assert(sizeof(Pack<T, VEC>) == 16, "16-byte vectors");
+  static_assert(L1P == 1 || L1P == 2, "evict-last or evict-first");
+  Pack<T, VEC> pk;
+  uint4 u;
+  if constexpr (L1P == 1)
+    asm("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p), "l"(pol));
+  else
+    asm("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p), "l"(pol));
+  memcpy(&pk, &u, 16);
+  return pk;
+}
+
 /* The pack's registers, as far as the compiler knows, changed: values computed from it before
  * are not reused after (no instruction is emitted). */
 template <typename T, int VEC> __device__ __forceinline__ void opaque(Pack<T, VEC> &pk) {

@@ -14,8 +14,11 @@
  *                     held as their words and converted again on each pass.
  *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
  *                     there are at least two rows an SM: a CTA per row, not persistent.
- *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192) holds the row only
- *                     until its statistics are known and reads it again, from L2, for y.
+ *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192 save those of
+ *                     2048-4096) holds the row only until its statistics are known and reads it
+ *                     again, from L2, for y. fwd_loop_kernel (fp32 RMSNorm rows of 2048-4096,
+ *                     from 2^25 elements) reads it as torch.compile's kernels do: evict-last in
+ *                     L1 and L2 for the statistics, evict-first for y.
  *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
  *                     those of 16384 and 32768 from 2^25 elements on the packed form,
  *                     16-bit LayerNorm rows of up to 4096 and of 8193-32768, fp32 LayerNorm
@@ -1409,6 +1412,82 @@ __global__ void __launch_bounds__(512, MINB)
   cluster_barrier(csize);
 }
 
+/* RMSNorm rows in torch.compile's shape (ncu18, ncu20): a CTA a row (the grid strides over rows),
+ * a loop over the row of STEP vectors a thread a step, x read evict-last in L1 and L2 for the
+ * sum of squares and again evict-first for y (mostly from L1), gamma through L1; no cluster or
+ * merge work. Planned for fp32 RMSNorm rows of 2048-4096 (plan_forward), a single step of four
+ * vectors a thread there: sweep 86 (H200, tuning build, 2^27 elements) 65536 x 2048 97.6% ->
+ * 99.8-100.0% of the copy, 32768 x 4096 98.2-98.3% -> 100.6% (fwd_cta_reread_kernel of the same
+ * shape before, 48 registers, plain loads). Elsewhere it lost: in one step of 256-512 threads
+ * (fp32 8192 -0.7 points, 16-bit 8192 -4 to -5.5) and looping (fp32 32768 92.6% -> 79-90%,
+ * 16-bit RMSNorm 16384-65536 7-46 points); bf16 4096 +1.1, fp16 level (not planned). Tuning
+ * builds (FNORM_TUNE_FWD_LOOP) have every 16-byte RMSNorm form. */
+template <typename T, typename P, int VEC, int STEP>
+__global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
+  __shared__ __align__(16) float warp[2][32][1];
+  const int64_t nvec = a.cols / VEC;
+  const int64_t span = (int64_t)STEP * blockDim.x;
+  const float inv_n = 1.f / (float)a.cols;
+  const uint64_t keep = l2_policy_keep(), drop = l2_policy_drop();
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  int slot = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T *xr = (const T *)a.x + row * a.x_stride;
+    float acc[2] = {0.f, 0.f};
+    for (int64_t j = threadIdx.x; j < nvec; j += span) {
+      Pack<T, VEC> raw[STEP];
+#pragma unroll
+      for (int u = 0; u < STEP; ++u) {
+        const int64_t i = j + (int64_t)u * blockDim.x;
+        if (i < nvec) {
+          raw[u] = load_hinted_l1<T, VEC, 1>(xr + i * VEC, keep);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            raw[u].v[e] = from_f32<T>(0.f);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < STEP; ++u)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float xv = pack_f32<T, VEC>(raw[u], e);
+          acc[e & 1] = fmaf(xv, xv, acc[e & 1]);
+        }
+    }
+    float v[1] = {acc[0] + acc[1]};
+    cta_sum_slot<1, 1>(v, warp, slot); /* (the slots alternate: a row's barrier separates them) */
+    slot ^= 1;
+    const float rstd = 1.f / sqrtf(v[0] * inv_n + a.eps);
+    if (threadIdx.x == 0)
+      store_row_stats(a, row, 0.f, rstd);
+    T *yr = (T *)a.y + row * a.y_stride;
+    for (int64_t j = threadIdx.x; j < nvec; j += span) {
+      Pack<T, VEC> raw[STEP];
+#pragma unroll
+      for (int u = 0; u < STEP; ++u) {
+        const int64_t i = j + (int64_t)u * blockDim.x;
+        if (i < nvec)
+          raw[u] = load_hinted_l1<T, VEC, 2>(xr + i * VEC, drop);
+      }
+#pragma unroll
+      for (int u = 0; u < STEP; ++u) {
+        const int64_t i = j + (int64_t)u * blockDim.x;
+        if (i < nvec) {
+          float g[VEC], b[VEC], out[VEC];
+          load_param<P, VEC>(gamma, i * VEC, 1.f, g);
+          load_param<P, VEC>(beta, i * VEC, 0.f, b);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[e], b[e]);
+          store_vec<T, VEC, true>(yr + i * VEC, out);
+        }
+      }
+    }
+  }
+}
+
 /* 16-bit rows past 2^16 vectors whose chunk fits in one CTA's shared memory (sm_90, plan_forward;
  * up to 16 x 225 KiB, 1.8 million elements): a cluster of CTAs per row, one CTA an SM by its
  * shared memory, persistent. Each CTA's chunk of x arrives by bulk copies, one per piece (whole
@@ -1902,6 +1981,25 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         k = fwd_cta_pick<T, P, VEC, 2 * V1>(a.layernorm != 0, plan.reread, full);
       else if (plan.vpt == 4 * V1)
         k = fwd_cta_pick<T, P, VEC, 4 * V1>(a.layernorm != 0, plan.reread, full);
+      if (k)
+        return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+    }
+    return FNORM_ERR_UNSUPPORTED;
+  }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_LOOP) { /* fwd_loop_kernel (RMSNorm) */
+    if constexpr (VEC * sizeof(T) == 16) {
+      void (*k)(FwdParams) = nullptr;
+      if constexpr (kTuningBuild) { /* every form */
+        if (!a.layernorm && plan.vpt == 1)
+          k = fwd_loop_kernel<T, P, VEC, 1>;
+        else if (!a.layernorm && plan.vpt == 2)
+          k = fwd_loop_kernel<T, P, VEC, 2>;
+        else if (!a.layernorm && plan.vpt == 4)
+          k = fwd_loop_kernel<T, P, VEC, 4>;
+      } else if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value) {
+        if (!a.layernorm && plan.vpt == 4) /* the planned form */
+          k = fwd_loop_kernel<T, P, VEC, 4>;
+      }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
     }

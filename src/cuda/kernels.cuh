@@ -61,9 +61,12 @@ enum Mode {
                       thread), not persistent; resident CTAs overlap the rows */
   MODE_STREAM = 5, /* forward, 16-byte fp32 rows past the register kernel's: each CTA streams
                       its chunk twice, statistics then y */
-  MODE_BULK = 6    /* forward (sm_90), 16-byte rows past the register kernel's: each CTA's chunk
+  MODE_BULK = 6,   /* forward (sm_90), 16-byte rows past the register kernel's: each CTA's chunk
                       copied into shared memory in nbuf pieces, refilled piece by piece with the
                       next row's */
+  MODE_LOOP = 7    /* forward, 16-byte RMSNorm rows (fp32 2048-4096; tuning builds any): a CTA a
+                      row looping over it vpt vectors a thread a step, x read twice
+                      (fwd_loop_kernel) */
 };
 
 /* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,

@@ -182,6 +182,10 @@ struct Tuning {
   int bwd_resident_fill;    /* backward ring's RESIDENT form with one stage: 1 each thread refills
                                its own vectors of the stage with the next row's by cp.async as
                                soon as it has read them for dx; 0 one bulk copy after the row */
+  int fwd_loop;             /* forward: -1 the rule (fp32 RMSNorm 2048-4096 on fwd_loop_kernel),
+                               0 never; tuning builds 1, 2 or 4: every 16-byte RMSNorm row past
+                               the warp tier on it, that many vectors a thread a step */
+  int fwd_loop_threads;     /* ... threads a CTA (64 to 1024; the default 1024) */
 };
 
 #ifdef FNORM_TUNING
@@ -192,9 +196,9 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3, 512, 1024, 512, 16, 8,   9, 11, 1, 1, 1, 4096, 1, 0, 1,   32, 16,
-              1, 4, 1, 1,   1,    0,   4,  1,   0, 0,  2, 0, 1, 1,    1, 1, 128, 1,  1,
-              1, 1, 4, 1,   512,  1,   1,  320, 3, 1,  0, 1, 1, 2,    1, 0, 0,   1};
+  Tuning t = {1, 2, 3,   512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,   1,  32,  16, 1,
+              4, 1, 1,   1,   0,    4,   1,  0, 0, 2,  0, 1, 1, 1,    1, 128, 1,  1,   1,  1,
+              4, 1, 512, 1,   1,    320, 3,  1, 0, 1,  1, 2, 1, 0,    0, 1,   -1, 1024};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -254,6 +258,8 @@ Tuning tuning() {
   t.fwd_packed_cl = tune_knob("FNORM_TUNE_FWD_PACKED_CL", t.fwd_packed_cl);
   t.fwd_packed_cl_ln = tune_knob("FNORM_TUNE_FWD_PACKED_CL_LN", t.fwd_packed_cl_ln);
   t.bwd_resident_fill = tune_knob("FNORM_TUNE_BWD_RESIDENT_FILL", t.bwd_resident_fill);
+  t.fwd_loop = tune_knob("FNORM_TUNE_FWD_LOOP", t.fwd_loop);
+  t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -524,6 +530,29 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   }
   pl.tier = TIER_ROW;
   const int64_t vbytes = (int64_t)vec * (int64_t)dtype_bytes(p->dtype);
+  /* fp32 RMSNorm rows of 2048-4096 with fp32 gamma, from 2^25 elements: fwd_loop_kernel, one
+   * step of four vectors a thread (a CTA of 128-256 threads a row), x read evict-last, then again
+   * evict-first from L1, as torch.compile's kernels read it. Sweep 86 (H200, tuning build, 2^27
+   * elements): 2048 97.6% -> 99.8-100.0% of the copy, 4096 98.2% -> 100.6% (the reread kernel of
+   * the same shape before); rows of 2049-4095 and fewer elements were not measured. Looping over
+   * longer rows, 16-bit rows and other step counts lost (see the kernel). */
+  const bool loop_rule = tn.fwd_loop == -1 && p->norm == FNORM_RMSNORM &&
+                         p->dtype == FNORM_DTYPE_F32 && p->param_dtype == p->dtype &&
+                         vbytes == 16 && p->cols >= 2048 && p->cols <= 4096 &&
+                         p->rows * p->cols >= ((int64_t)1 << 25);
+  const bool loop_tuned = kTuningBuild &&
+                          (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4) &&
+                          p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
+                          tn.fwd_loop_threads <= 1024;
+  if (loop_rule || loop_tuned) {
+    pl.mode = MODE_LOOP;
+    pl.vpt = loop_rule ? 4 : tn.fwd_loop;
+    pl.threads = (int)min64(loop_rule ? 1024 : round_up(tn.fwd_loop_threads, 32),
+                            round_up(ceil_div(nvec, pl.vpt), 32));
+    pl.cluster = 1;
+    pl.grid = min64(p->rows, kMaxGrid);
+    return pl;
+  }
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   /* 16-byte vectors and rows enough to fill the GPU: a CTA per row while one CTA (up to 1024
    * threads of the preferred elements a thread, else up to 4 x 8) holds the row. Longer rows,
