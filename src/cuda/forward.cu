@@ -1422,7 +1422,27 @@ __global__ void __launch_bounds__(512, MINB)
  * (fp32 8192 -0.7 points, 16-bit 8192 -4 to -5.5) and looping (fp32 32768 92.6% -> 79-90%,
  * 16-bit RMSNorm 16384-65536 7-46 points); bf16 4096 +1.1, fp16 level (not planned). Tuning
  * builds (FNORM_TUNE_FWD_LOOP) have every 16-byte RMSNorm form. */
-template <typename T, typename P, int VEC, int STEP>
+/* A step of fwd_loop_kernel's vectors (j + u * blockDim.x, u < STEP) with L1 priority L1P, those
+ * past the row zero (PIPE form). */
+template <typename T, int VEC, int STEP, int L1P>
+__device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const T *xr, int64_t j,
+                                               int64_t nvec, uint64_t pol) {
+#pragma unroll
+  for (int u = 0; u < STEP; ++u) {
+    const int64_t i = j + (int64_t)u * blockDim.x;
+    if (i < nvec) {
+      raw[u] = load_hinted_l1<T, VEC, L1P>(xr + i * VEC, pol);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        raw[u].v[e] = from_f32<T>(0.f);
+    }
+  }
+}
+
+/* PIPE (tuning builds, FNORM_TUNE_FWD_LOOP_PIPE=1): both loops issue the next step's loads
+ * before they use this step's vectors, two steps in flight a thread. */
+template <typename T, typename P, int VEC, int STEP, bool PIPE = false>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   __shared__ __align__(16) float warp[2][32][1];
   const int64_t nvec = a.cols / VEC;
@@ -1435,7 +1455,25 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *xr = (const T *)a.x + row * a.x_stride;
     float acc[2] = {0.f, 0.f};
-    for (int64_t j = threadIdx.x; j < nvec; j += span) {
+    if constexpr (PIPE) {
+      Pack<T, VEC> cur[STEP];
+      loop_step_load<T, VEC, STEP, 1>(cur, xr, threadIdx.x, nvec, keep);
+      for (int64_t j = threadIdx.x; j < nvec; j += span) {
+        Pack<T, VEC> nxt[STEP];
+        loop_step_load<T, VEC, STEP, 1>(nxt, xr, j + span, nvec, keep);
+#pragma unroll
+        for (int u = 0; u < STEP; ++u)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const float xv = pack_f32<T, VEC>(cur[u], e);
+            acc[e & 1] = fmaf(xv, xv, acc[e & 1]);
+          }
+#pragma unroll
+        for (int u = 0; u < STEP; ++u)
+          cur[u] = nxt[u];
+      }
+    }
+    for (int64_t j = threadIdx.x; !PIPE && j < nvec; j += span) {
       Pack<T, VEC> raw[STEP];
 #pragma unroll
       for (int u = 0; u < STEP; ++u) {
@@ -1463,13 +1501,23 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
     if (threadIdx.x == 0)
       store_row_stats(a, row, 0.f, rstd);
     T *yr = (T *)a.y + row * a.y_stride;
+    [[maybe_unused]] Pack<T, VEC> ahead[PIPE ? STEP : 1];
+    if constexpr (PIPE)
+      loop_step_load<T, VEC, STEP, 2>(ahead, xr, threadIdx.x, nvec, drop);
     for (int64_t j = threadIdx.x; j < nvec; j += span) {
       Pack<T, VEC> raw[STEP];
+      if constexpr (PIPE) {
 #pragma unroll
-      for (int u = 0; u < STEP; ++u) {
-        const int64_t i = j + (int64_t)u * blockDim.x;
-        if (i < nvec)
-          raw[u] = load_hinted_l1<T, VEC, 2>(xr + i * VEC, drop);
+        for (int u = 0; u < STEP; ++u)
+          raw[u] = ahead[u];
+        loop_step_load<T, VEC, STEP, 2>(ahead, xr, j + span, nvec, drop);
+      } else {
+#pragma unroll
+        for (int u = 0; u < STEP; ++u) {
+          const int64_t i = j + (int64_t)u * blockDim.x;
+          if (i < nvec)
+            raw[u] = load_hinted_l1<T, VEC, 2>(xr + i * VEC, drop);
+        }
       }
 #pragma unroll
       for (int u = 0; u < STEP; ++u) {
@@ -1989,13 +2037,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_ROW && plan.mode == MODE_LOOP) { /* fwd_loop_kernel (RMSNorm) */
     if constexpr (VEC * sizeof(T) == 16) {
       void (*k)(FwdParams) = nullptr;
-      if constexpr (kTuningBuild) { /* every form */
+      if constexpr (kTuningBuild) { /* every form; variant 1 the PIPE one */
+        const bool pipe = plan.variant == 1;
         if (!a.layernorm && plan.vpt == 1)
-          k = fwd_loop_kernel<T, P, VEC, 1>;
+          k = pipe ? fwd_loop_kernel<T, P, VEC, 1, true> : fwd_loop_kernel<T, P, VEC, 1>;
         else if (!a.layernorm && plan.vpt == 2)
-          k = fwd_loop_kernel<T, P, VEC, 2>;
+          k = pipe ? fwd_loop_kernel<T, P, VEC, 2, true> : fwd_loop_kernel<T, P, VEC, 2>;
         else if (!a.layernorm && plan.vpt == 4)
-          k = fwd_loop_kernel<T, P, VEC, 4>;
+          k = pipe ? fwd_loop_kernel<T, P, VEC, 4, true> : fwd_loop_kernel<T, P, VEC, 4>;
       } else if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value) {
         if (!a.layernorm && plan.vpt == 4) /* the planned form */
           k = fwd_loop_kernel<T, P, VEC, 4>;

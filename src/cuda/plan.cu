@@ -186,6 +186,7 @@ struct Tuning {
                                0 never; tuning builds 1, 2 or 4: every 16-byte RMSNorm row past
                                the warp tier on it, that many vectors a thread a step */
   int fwd_loop_threads;     /* ... threads a CTA (64 to 1024; the default 1024) */
+  int fwd_loop_pipe;        /* ... tuning builds: 1 the form with two steps in flight */
 };
 
 #ifdef FNORM_TUNING
@@ -196,9 +197,9 @@ int tune_knob(const char *name, int fallback) {
 #endif
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3,   512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,   1,  32,  16, 1,
-              4, 1, 1,   1,   0,    4,   1,  0, 0, 2,  0, 1, 1, 1,    1, 128, 1,  1,   1,  1,
-              4, 1, 512, 1,   1,    320, 3,  1, 0, 1,  1, 2, 1, 0,    0, 1,   -1, 1024};
+  Tuning t = {1, 2, 3,   512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,   1,  32,   16, 1,
+              4, 1, 1,   1,   0,    4,   1,  0, 0, 2,  0, 1, 1, 1,    1, 128, 1,  1,    1,  1,
+              4, 1, 512, 1,   1,    320, 3,  1, 0, 1,  1, 2, 1, 0,    0, 1,   -1, 1024, 0};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -260,6 +261,7 @@ Tuning tuning() {
   t.bwd_resident_fill = tune_knob("FNORM_TUNE_BWD_RESIDENT_FILL", t.bwd_resident_fill);
   t.fwd_loop = tune_knob("FNORM_TUNE_FWD_LOOP", t.fwd_loop);
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
+  t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -550,6 +552,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.threads = (int)min64(loop_rule ? 1024 : round_up(tn.fwd_loop_threads, 32),
                             round_up(ceil_div(nvec, pl.vpt), 32));
     pl.cluster = 1;
+    pl.variant = kTuningBuild && tn.fwd_loop_pipe == 1; /* (fwd_loop_kernel's PIPE form) */
     pl.grid = min64(p->rows, kMaxGrid);
     return pl;
   }
