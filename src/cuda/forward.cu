@@ -1440,6 +1440,19 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
   }
 }
 
+/* Adds the squares of a step's vectors to acc (two partial sums: even and odd elements). */
+template <typename T, int VEC, int STEP>
+__device__ __forceinline__ void loop_step_squares(const Pack<T, VEC> (&raw)[STEP],
+                                                  float (&acc)[2]) {
+#pragma unroll
+  for (int u = 0; u < STEP; ++u)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float xv = pack_f32<T, VEC>(raw[u], e);
+      acc[e & 1] = fmaf(xv, xv, acc[e & 1]);
+    }
+}
+
 /* PIPE (tuning builds, FNORM_TUNE_FWD_LOOP_PIPE=1): both loops issue the next step's loads
  * before they use this step's vectors, two steps in flight a thread. */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false>
@@ -1461,38 +1474,17 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
       for (int64_t j = threadIdx.x; j < nvec; j += span) {
         Pack<T, VEC> nxt[STEP];
         loop_step_load<T, VEC, STEP, 1>(nxt, xr, j + span, nvec, keep);
-#pragma unroll
-        for (int u = 0; u < STEP; ++u)
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float xv = pack_f32<T, VEC>(cur[u], e);
-            acc[e & 1] = fmaf(xv, xv, acc[e & 1]);
-          }
+        loop_step_squares<T, VEC, STEP>(cur, acc);
 #pragma unroll
         for (int u = 0; u < STEP; ++u)
           cur[u] = nxt[u];
       }
-    }
-    for (int64_t j = threadIdx.x; !PIPE && j < nvec; j += span) {
-      Pack<T, VEC> raw[STEP];
-#pragma unroll
-      for (int u = 0; u < STEP; ++u) {
-        const int64_t i = j + (int64_t)u * blockDim.x;
-        if (i < nvec) {
-          raw[u] = load_hinted_l1<T, VEC, 1>(xr + i * VEC, keep);
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            raw[u].v[e] = from_f32<T>(0.f);
-        }
+    } else {
+      for (int64_t j = threadIdx.x; j < nvec; j += span) {
+        Pack<T, VEC> raw[STEP];
+        loop_step_load<T, VEC, STEP, 1>(raw, xr, j, nvec, keep);
+        loop_step_squares<T, VEC, STEP>(raw, acc);
       }
-#pragma unroll
-      for (int u = 0; u < STEP; ++u)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float xv = pack_f32<T, VEC>(raw[u], e);
-          acc[e & 1] = fmaf(xv, xv, acc[e & 1]);
-        }
     }
     float v[1] = {acc[0] + acc[1]};
     cta_sum_slot<1, 1>(v, warp, slot); /* (the slots alternate: a row's barrier separates them) */
