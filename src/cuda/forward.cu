@@ -1412,18 +1412,8 @@ __global__ void __launch_bounds__(512, MINB)
   cluster_barrier(csize);
 }
 
-/* RMSNorm rows in torch.compile's shape (ncu18, ncu20): a CTA a row (the grid strides over rows),
- * a loop over the row of STEP vectors a thread a step, x read evict-last in L1 and L2 for the
- * sum of squares and again evict-first for y (mostly from L1), gamma through L1; no cluster or
- * merge work. Planned for fp32 RMSNorm rows of 2048-4096 (plan_forward), a single step of four
- * vectors a thread there: sweep 86 (H200, tuning build, 2^27 elements) 65536 x 2048 97.6% ->
- * 99.8-100.0% of the copy, 32768 x 4096 98.2-98.3% -> 100.6% (fwd_cta_reread_kernel of the same
- * shape before, 48 registers, plain loads). Elsewhere it lost: in one step of 256-512 threads
- * (fp32 8192 -0.7 points, 16-bit 8192 -4 to -5.5) and looping (fp32 32768 92.6% -> 79-90%,
- * 16-bit RMSNorm 16384-65536 7-46 points); bf16 4096 +1.1, fp16 level (not planned). Tuning
- * builds (FNORM_TUNE_FWD_LOOP) have every 16-byte RMSNorm form. */
 /* A step of fwd_loop_kernel's vectors (j + u * blockDim.x, u < STEP) with L1 priority L1P, those
- * past the row zero (PIPE form). */
+ * past the row zero. */
 template <typename T, int VEC, int STEP, int L1P>
 __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const T *xr, int64_t j,
                                                int64_t nvec, uint64_t pol) {
@@ -1453,8 +1443,18 @@ __device__ __forceinline__ void loop_step_squares(const Pack<T, VEC> (&raw)[STEP
     }
 }
 
-/* PIPE (tuning builds, FNORM_TUNE_FWD_LOOP_PIPE=1): both loops issue the next step's loads
- * before they use this step's vectors, two steps in flight a thread. */
+/* RMSNorm rows in torch.compile's shape (ncu18, ncu20): a CTA a row (the grid strides over rows),
+ * a loop over the row of STEP vectors a thread a step, x read evict-last in L1 and L2 for the
+ * sum of squares and again evict-first for y (mostly from L1), gamma through L1; no cluster or
+ * merge work. Planned for fp32 RMSNorm rows of 2048-4096 (plan_forward), a single step of four
+ * vectors a thread there: sweep 86 (H200, tuning build, 2^27 elements) 65536 x 2048 97.6% ->
+ * 99.8-100.0% of the copy, 32768 x 4096 98.2-98.3% -> 100.6% (fwd_cta_reread_kernel of the same
+ * shape before, 48 registers, plain loads). Elsewhere it lost: in one step of 256-512 threads
+ * (fp32 8192 -0.7 points, 16-bit 8192 -4 to -5.5) and looping (fp32 32768 92.6% -> 79-90%,
+ * 16-bit RMSNorm 16384-65536 7-46 points); bf16 4096 +1.1, fp16 level (not planned). Tuning
+ * builds (FNORM_TUNE_FWD_LOOP) have every 16-byte RMSNorm form.
+ * PIPE (tuning builds, FNORM_TUNE_FWD_LOOP_PIPE=1): both loops issue the next step's loads before
+ * they use this step's vectors, two steps in flight a thread. */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   __shared__ __align__(16) float warp[2][32][1];
