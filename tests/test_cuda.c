@@ -192,6 +192,24 @@ static void forward_cases(const case_shape *shapes, int count, int64_t rows, int
   }
 }
 
+/* The forward on a shape's hard inputs: a 1e4 offset or NaN/Inf in some rows (nonfinite_first:
+ * that one; fp32 rows both, in that order), then in place if asked. */
+static void forward_hard_cases(fnorm_norm norm, fnorm_dtype dt, int64_t rows, int64_t cols,
+                               int nonfinite_first, int in_place) {
+  tcase c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
+  c.input = nonfinite_first ? INPUT_NONFINITE_X : INPUT_OFFSET_1E4;
+  gpu_forward_case("cuda", &c);
+  if (dt == FNORM_DTYPE_F32) { /* fp32: both hard inputs */
+    c.input = nonfinite_first ? INPUT_OFFSET_1E4 : INPUT_NONFINITE_X;
+    gpu_forward_case("cuda", &c);
+  }
+  if (in_place) {
+    c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
+    tcase_apply_layout(&c, 4, 1);
+    gpu_forward_case("cuda", &c);
+  }
+}
+
 static void cuda_sizes(void) {
   const int64_t *sizes = g_opt.quick ? sizes_quick : sizes_full;
   int n_sizes = g_opt.quick ? (int)(sizeof sizes_quick / sizeof sizes_quick[0])
@@ -400,18 +418,7 @@ static void cuda_sizes(void) {
       forward_cases(packed_form + s, 1, rows, 1);
       if (g_opt.quick)
         break;
-      tcase c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
-      c.input = s % 2 ? INPUT_NONFINITE_X : INPUT_OFFSET_1E4;
-      gpu_forward_case("cuda", &c);
-      if (dt == FNORM_DTYPE_F32) { /* fp32: both hard inputs */
-        c.input = s % 2 ? INPUT_OFFSET_1E4 : INPUT_NONFINITE_X;
-        gpu_forward_case("cuda", &c);
-      }
-      if (s < 2 || norm == FNORM_RMSNORM) {
-        c = tcase_default(norm, dt, FNORM_DTYPE_SAME, rows, cols);
-        tcase_apply_layout(&c, 4, 1); /* in place */
-        gpu_forward_case("cuda", &c);
-      }
+      forward_hard_cases(norm, dt, rows, cols, s % 2, s < 2 || norm == FNORM_RMSNORM);
     }
   }
   /* The forward's loop form (fwd_loop_kernel): fp32 RMSNorm rows of 2048-4096 with fp32 gamma
@@ -428,14 +435,7 @@ static void cuda_sizes(void) {
       forward_cases(loop_form + s, 1, rows, 1);
       if (g_opt.quick)
         break;
-      tcase c = tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows, cols);
-      c.input = INPUT_OFFSET_1E4;
-      gpu_forward_case("cuda", &c);
-      c.input = INPUT_NONFINITE_X;
-      gpu_forward_case("cuda", &c);
-      c = tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, rows, cols);
-      tcase_apply_layout(&c, 4, 1); /* in place */
-      gpu_forward_case("cuda", &c);
+      forward_hard_cases(FNORM_RMSNORM, FNORM_DTYPE_F32, rows, cols, 0, 1);
     }
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: from y
