@@ -272,8 +272,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   case MODE_LOOP:
     require(wide && p.norm == FNORM_RMSNORM, "forward loop kernel: 16-byte RMSNorm rows");
     require(pl.threads >= 32 && pl.threads <= 1024 && pl.threads % 32 == 0 && pl.cluster == 1 &&
-                (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4),
-            "forward loop kernel: whole warps, one CTA a row, 1, 2 or 4 vectors a step");
+                (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4 || pl.vpt == 8),
+            "forward loop kernel: whole warps, one CTA a row, 1, 2, 4 or 8 vectors a step");
     require(kTuningBuild ||
                 (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype && p.cols >= 2048 &&
                  p.cols <= 4096 && p.rows * p.cols >= ((int64_t)1 << 25) && pl.vpt == 4 &&

@@ -1452,9 +1452,13 @@ __device__ __forceinline__ void loop_step_squares(const Pack<T, VEC> (&raw)[STEP
  * shape before, 48 registers, plain loads). Elsewhere it lost: in one step of 256-512 threads
  * (fp32 8192 -0.7 points, 16-bit 8192 -4 to -5.5) and looping (fp32 32768 92.6% -> 79-90%,
  * 16-bit RMSNorm 16384-65536 7-46 points); bf16 4096 +1.1, fp16 level (not planned). Tuning
- * builds (FNORM_TUNE_FWD_LOOP) have every 16-byte RMSNorm form.
+ * builds (FNORM_TUNE_FWD_LOOP) have every 16-byte RMSNorm form, at 1, 2, 4 or 8 vectors a step.
  * PIPE (tuning builds, FNORM_TUNE_FWD_LOOP_PIPE=1): both loops issue the next step's loads before
- * they use this step's vectors, two steps in flight a thread. */
+ * they use this step's vectors, two steps in flight a thread (sweep 87: 0.4-46 points under the
+ * planned kernels). At one vector a step the kernel fits 32 registers, so two 1024-thread CTAs
+ * an SM, whose two rows of fp32 32768 overflow L1 (ncu21: 19.6% L1 hits against torch.compile's
+ * 44.6% at one CTA an SM); held to one CTA (FNORM_TUNE_FWD_LOOP_SMEM) it lacks loads in flight,
+ * and eight vectors in one step won only on fp32 16384 at 2^27 (sweep 89, A/B run CM). */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   __shared__ __align__(16) float warp[2][32][1];
@@ -2037,12 +2041,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
           k = pipe ? fwd_loop_kernel<T, P, VEC, 2, true> : fwd_loop_kernel<T, P, VEC, 2>;
         else if (!a.layernorm && plan.vpt == 4)
           k = pipe ? fwd_loop_kernel<T, P, VEC, 4, true> : fwd_loop_kernel<T, P, VEC, 4>;
+        else if (!a.layernorm && plan.vpt == 8 && !pipe)
+          k = fwd_loop_kernel<T, P, VEC, 8>;
       } else if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value) {
         if (!a.layernorm && plan.vpt == 4) /* the planned form */
           k = fwd_loop_kernel<T, P, VEC, 4>;
       }
       if (k)
-        return launch_kernel(k, plan.grid, plan.threads, 0, 1, stream, a);
+        return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);
     }
     return FNORM_ERR_UNSUPPORTED;
   }

@@ -73,6 +73,11 @@ enum Mode {
  * experimental kernels built); never in a release build. */
 #ifdef FNORM_TUNING
 constexpr bool kTuningBuild = true;
+/* The value of environment variable `name` as an integer, `fallback` when unset or empty. */
+inline int tune_knob(const char *name, int fallback) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : fallback;
+}
 #else
 constexpr bool kTuningBuild = false;
 #endif
@@ -310,6 +315,18 @@ fnorm_status kernel_attributes(void (*kernel)(KArgs...), size_t smem, int cluste
     cudaGetLastError();
     return FNORM_ERR_CUDA;
   }
+#ifdef FNORM_TUNING
+  /* Tuning builds: FNORM_TUNE_CARVEOUT (0-100) asks every kernel for that carve-out, in percent
+   * of the most shared memory (0: the largest L1), in place of the driver's choice (no dynamic
+   * shared memory) or the largest (sweeps 88-89). */
+  const int carveout = tune_knob("FNORM_TUNE_CARVEOUT", -1);
+  if (carveout >= 0 && carveout <= 100 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return FNORM_ERR_CUDA;
+  }
+#endif
   if (cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
                                           1) != cudaSuccess) {
     cudaGetLastError();

@@ -183,23 +183,18 @@ struct Tuning {
                                its own vectors of the stage with the next row's by cp.async as
                                soon as it has read them for dx; 0 one bulk copy after the row */
   int fwd_loop;             /* forward: -1 the rule (fp32 RMSNorm 2048-4096 on fwd_loop_kernel),
-                               0 never; tuning builds 1, 2 or 4: every 16-byte RMSNorm row past
-                               the warp tier on it, that many vectors a thread a step */
+                               0 never; tuning builds 1, 2, 4 or 8: every 16-byte RMSNorm row
+                               past the warp tier on it, that many vectors a thread a step */
   int fwd_loop_threads;     /* ... threads a CTA (64 to 1024; the default 1024) */
   int fwd_loop_pipe;        /* ... tuning builds: 1 the form with two steps in flight */
+  int fwd_loop_smem;        /* ... tuning builds: dynamic shared memory (bytes, unused) a CTA asks
+                               for, to hold CTAs an SM down so that their rows stay in L1 */
 };
-
-#ifdef FNORM_TUNING
-int tune_knob(const char *name, int fallback) {
-  const char *v = getenv(name);
-  return v && *v ? atoi(v) : fallback;
-}
-#endif
 
 Tuning tuning() {
   Tuning t = {1, 2, 3,   512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,   1,  32,   16, 1,
               4, 1, 1,   1,   0,    4,   1,  0, 0, 2,  0, 1, 1, 1,    1, 128, 1,  1,    1,  1,
-              4, 1, 512, 1,   1,    320, 3,  1, 0, 1,  1, 2, 1, 0,    0, 1,   -1, 1024, 0};
+              4, 1, 512, 1,   1,    320, 3,  1, 0, 1,  1, 2, 1, 0,    0, 1,   -1, 1024, 0,  0};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -262,6 +257,9 @@ Tuning tuning() {
   t.fwd_loop = tune_knob("FNORM_TUNE_FWD_LOOP", t.fwd_loop);
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
+  t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
+  if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
+    t.fwd_loop_smem = 0;
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
@@ -536,16 +534,19 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * step of four vectors a thread (a CTA of 128-256 threads a row), x read evict-last, then again
    * evict-first from L1, as torch.compile's kernels read it. Sweep 86 (H200, tuning build, 2^27
    * elements): 2048 97.6% -> 99.8-100.0% of the copy, 4096 98.2% -> 100.6% (the reread kernel of
-   * the same shape before); rows of 2049-4095 and fewer elements were not measured. Looping over
-   * longer rows, 16-bit rows and other step counts lost (see the kernel). */
+   * the same shape before); A/B run CL (release builds) +1.7 to +2.5 points at 2^26-2^27; rows of
+   * 2049-4095 were not measured. Looping over longer rows, 16-bit rows and other step counts
+   * lost, and so did one step of eight vectors for fp32 8193-16384 save 16384 at 2^27 (A/B run
+   * CM: +1.0 there, -1.6 to -8.6 around it; see the kernel). */
   const bool loop_rule = tn.fwd_loop == -1 && p->norm == FNORM_RMSNORM &&
                          p->dtype == FNORM_DTYPE_F32 && p->param_dtype == p->dtype &&
                          vbytes == 16 && p->cols >= 2048 && p->cols <= 4096 &&
                          p->rows * p->cols >= ((int64_t)1 << 25);
-  const bool loop_tuned = kTuningBuild &&
-                          (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4) &&
-                          p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
-                          tn.fwd_loop_threads <= 1024;
+  const bool loop_tuned =
+      kTuningBuild &&
+      (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4 || tn.fwd_loop == 8) &&
+      p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
+      tn.fwd_loop_threads <= 1024;
   if (loop_rule || loop_tuned) {
     pl.mode = MODE_LOOP;
     pl.vpt = loop_rule ? 4 : tn.fwd_loop;
@@ -554,6 +555,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.cluster = 1;
     pl.variant = kTuningBuild && tn.fwd_loop_pipe == 1; /* (fwd_loop_kernel's PIPE form) */
     pl.grid = min64(p->rows, kMaxGrid);
+    pl.smem = kTuningBuild ? (size_t)tn.fwd_loop_smem : 0;
     return pl;
   }
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
