@@ -1316,6 +1316,19 @@ __device__ __forceinline__ ChunkNorm chunk_norm(float base, float rel, float m2,
  * LayerNorm 49.8% -> 50.7%; on rows the CTA and register kernels take, 12-94% against 54-99%). */
 constexpr int STREAM_BATCH = 4;
 
+/* Adds the squares of N vectors as loaded to PARTS partial sums, element e to acc[e % PARTS]
+ * (the streaming kernel keeps 4, fwd_loop_kernel 2). */
+template <typename T, int VEC, int N, int PARTS>
+__device__ __forceinline__ void add_squares(const Pack<T, VEC> (&raw)[N], float (&acc)[PARTS]) {
+#pragma unroll
+  for (int u = 0; u < N; ++u)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float xv = pack_f32<T, VEC>(raw[u], e);
+      acc[e % PARTS] = fmaf(xv, xv, acc[e % PARTS]);
+    }
+}
+
 template <typename T, typename P, int VEC, bool LN, int MINB>
 __global__ void __launch_bounds__(512, MINB)
     fwd_stream_kernel(FwdParams a, int64_t chunk_vecs, int hints) {
@@ -1380,13 +1393,7 @@ __global__ void __launch_bounds__(512, MINB)
         m2 = m2 + m2b + dm * dm * (n * fb * r);
         n = n2;
       } else {
-#pragma unroll
-        for (int u = 0; u < STREAM_BATCH; ++u)
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const float xv = pack_f32<T, VEC>(raw[u], e);
-            ssq[e & 3] = fmaf(xv, xv, ssq[e & 3]);
-          }
+        add_squares<T, VEC, STREAM_BATCH, 4>(raw, ssq);
       }
     }
     const ChunkNorm cn = chunk_norm<LN>(shift, mean, m2, (ssq[0] + ssq[1]) + (ssq[2] + ssq[3]),
@@ -1430,19 +1437,6 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
   }
 }
 
-/* Adds the squares of a step's vectors to acc (two partial sums: even and odd elements). */
-template <typename T, int VEC, int STEP>
-__device__ __forceinline__ void loop_step_squares(const Pack<T, VEC> (&raw)[STEP],
-                                                  float (&acc)[2]) {
-#pragma unroll
-  for (int u = 0; u < STEP; ++u)
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const float xv = pack_f32<T, VEC>(raw[u], e);
-      acc[e & 1] = fmaf(xv, xv, acc[e & 1]);
-    }
-}
-
 /* RMSNorm rows in torch.compile's shape (ncu18, ncu20): a CTA a row (the grid strides over rows),
  * a loop over the row of STEP vectors a thread a step, x read evict-last in L1 and L2 for the
  * sum of squares and again evict-first for y (mostly from L1), gamma through L1; no cluster or
@@ -1478,7 +1472,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
       for (int64_t j = threadIdx.x; j < nvec; j += span) {
         Pack<T, VEC> nxt[STEP];
         loop_step_load<T, VEC, STEP, 1>(nxt, xr, j + span, nvec, keep);
-        loop_step_squares<T, VEC, STEP>(cur, acc);
+        add_squares<T, VEC, STEP, 2>(cur, acc);
 #pragma unroll
         for (int u = 0; u < STEP; ++u)
           cur[u] = nxt[u];
@@ -1487,7 +1481,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
       for (int64_t j = threadIdx.x; j < nvec; j += span) {
         Pack<T, VEC> raw[STEP];
         loop_step_load<T, VEC, STEP, 1>(raw, xr, j, nvec, keep);
-        loop_step_squares<T, VEC, STEP>(raw, acc);
+        add_squares<T, VEC, STEP, 2>(raw, acc);
       }
     }
     float v[1] = {acc[0] + acc[1]};
