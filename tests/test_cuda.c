@@ -438,6 +438,20 @@ static void cuda_sizes(void) {
       forward_hard_cases(FNORM_RMSNORM, FNORM_DTYPE_F32, rows, cols, 0, 1);
     }
   }
+  /* The loop kernel's full form: fp32 RMSNorm rows of whole multiples of 32768 with fp32 gamma
+   * and two rows an SM or more (321: past two rows an SM on 160 SMs, so that the case list is the
+   * same on every GPU): 32768 (one step of eight vectors a thread of 1024) and 65536 (two steps),
+   * each also with aligned strides and no gamma or statistics (forward_cases), on a 1e4 offset,
+   * with NaN/Inf in some rows, and in place. Under --quick 32768 alone. */
+  {
+    static const case_shape full_form[] = {{0, 1, 32768}, {0, 1, 65536}};
+    for (s = 0; s < (int)(sizeof full_form / sizeof full_form[0]); s++) {
+      forward_cases(full_form + s, 1, 321, 1);
+      if (g_opt.quick)
+        break;
+      forward_hard_cases(FNORM_RMSNORM, FNORM_DTYPE_F32, 321, full_form[s].cols, 0, 1);
+    }
+  }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: from y
    * over a cluster of 2, 4 or 8 8-warp CTAs on sm_90 (from x the ring; elsewhere the ring or
    * the row tier), the last CTA's chunk shorter where the row does not split evenly (8196,

@@ -72,9 +72,11 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "forward: the plan's width is the one asked for");
   require(kTuningBuild || !pl.variant || pl.mode == MODE_CTA || pl.tier == TIER_WARP ||
+              pl.mode == MODE_LOOP ||
               (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
-          "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads");
+          "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads "
+          "(the loop kernel's variant is its form)");
   /* fwd_rows_packed_kernel: the 16-byte rows packed_rows_shape names with gamma in their dtype,
    * from packed_rows_min_elements (tuning builds: FNORM_TUNE_FWD_ROWS_PACKED=0 leaves them to the
    * other tiers) */
@@ -277,9 +279,15 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require(kTuningBuild ||
                 (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype && p.cols >= 2048 &&
                  p.cols <= 4096 && p.rows * p.cols >= ((int64_t)1 << 25) && pl.vpt == 4 &&
-                 pl.threads * (int64_t)pl.vpt >= nvec),
+                 pl.threads * (int64_t)pl.vpt >= nvec && pl.variant == 0) ||
+                (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype &&
+                 (p.cols == 32768 || p.cols == 65536) && p.rows >= 2 * (int64_t)dev.sm_count &&
+                 pl.vpt == 8 && pl.threads == 1024 &&
+                 pl.variant == 8 + kLoopFull + kLoopFreeParams),
             "forward loop kernel: fp32 RMSNorm rows of 2048-4096 from 2^25 elements, four "
-            "vectors a step, the row in one step (sweep 86)");
+            "vectors a step, the row in one step (sweep 86); fp32 RMSNorm rows of 32768 and "
+            "65536 with two rows an SM, the full form (sweep 91, A/B run CP)");
+    require(pl.grid >= 1 && pl.grid <= p.rows, "forward loop kernel: a CTA a row");
     break;
   case MODE_STREAM:
     require(wide, "forward streaming kernel: 16-byte rows");
@@ -712,8 +720,11 @@ void check_choices() {
       p = problem(F32, RMS, grid_rows(fcols[i]), fcols[i]);
       const Plan pl = plan_forward(&p, 4, h200.info);
       expect(h200, F32, RMS, p.rows, fcols[i], false,
-             pl.mode == MODE_CTA && !!pl.variant == (fcols[i] == 16384),
-             fcols[i] == 16384 ? "fp32: the lean form" : "fp32: not the lean form");
+             fcols[i] == 32768 ? pl.mode == MODE_LOOP
+                               : pl.mode == MODE_CTA && !!pl.variant == (fcols[i] == 16384),
+             fcols[i] == 16384   ? "fp32: the lean form"
+             : fcols[i] == 32768 ? "fp32 32768: the loop kernel's full form"
+                                 : "fp32: not the lean form");
       p.norm = LN;
       const Plan pln = plan_forward(&p, 4, h200.info);
       if (fcols[i] == 8192) { /* the packed rows form over 8 warps (launchprobe) */
@@ -898,6 +909,34 @@ void check_choices() {
     p.norm = LN;
     expect(h200, c.dt, LN, c.rows, c.cols, true, !plan_backward(&p, v, h200.info, false).rms_form,
            "LayerNorm: the general kernels");
+  }
+  /* Forward loop kernel's full form: fp32 RMSNorm rows of 32768 and 65536 (fp32 gamma) with
+   * two rows an SM (sweep 91, A/B run CP); not 16-bit rows, 16-bit gamma, rows between them,
+   * longer multiples of 32768 or fewer rows. */
+  {
+    const int64_t fcols[] = {32768, 65536, 49152, 131072, 262144};
+    for (int i = 0; i < 5; ++i) {
+      const int64_t rows = grid_rows(fcols[i]);
+      p = problem(F32, RMS, rows, fcols[i]);
+      Plan pl = plan_forward(&p, 4, h200.info);
+      const bool full = fcols[i] == 32768 || fcols[i] == 65536;
+      expect(h200, F32, RMS, rows, fcols[i], false,
+             full == (pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 8 &&
+                      pl.threads == 1024 && pl.variant == 8 + kLoopFull + kLoopFreeParams),
+             full ? "the loop kernel's full form"
+                  : "not the full form: rows between 32768 and 65536 or past 65536");
+      p = problem(F32, RMS, 2 * h200.info.sm_count - 1, fcols[i]);
+      expect(h200, F32, RMS, p.rows, fcols[i], false,
+             plan_forward(&p, 4, h200.info).mode != MODE_LOOP,
+             "not the full form: fewer than two rows an SM");
+      p = problem(BF16, RMS, rows, fcols[i]);
+      expect(h200, BF16, RMS, rows, fcols[i], false,
+             plan_forward(&p, 8, h200.info).mode != MODE_LOOP, "not the full form: 16-bit rows");
+      p = problem(F32, RMS, rows, fcols[i]);
+      p.param_dtype = FNORM_DTYPE_BF16;
+      expect(h200, F32, RMS, rows, fcols[i], false,
+             plan_forward(&p, 4, h200.info).mode != MODE_LOOP, "not the full form: 16-bit gamma");
+    }
   }
   /* Forward CTA-per-row kernel: x read again for y on fp32 RMSNorm rows of 2048-8192 (sweep
    * 35), in 48 registers up to 4096, 40 beyond; on fp32 LayerNorm rows of 2048-4096 (A/B run

@@ -284,6 +284,30 @@ __device__ __forceinline__ void load_param(const P *p, int64_t col, float fill, 
   }
 }
 
+/* As load_param, through the read-only path as asm the compiler may move (not volatile, no
+ * memory clobber): it can issue a row's parameter loads ahead of the stores of y, which it may not
+ * do for plain loads that could alias y. The vector spans whole 16-byte words. */
+template <typename P, int VEC>
+__device__ __forceinline__ void load_param_free(const P *p, int64_t col, float fill, float *out) {
+  static_assert(sizeof(P) * VEC % 16 == 0, "whole 16-byte words");
+  constexpr int kWords = (int)(sizeof(P) * VEC / 16);
+  if (p) {
+    uint4 u[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w)
+      asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+          : "=r"(u[w].x), "=r"(u[w].y), "=r"(u[w].z), "=r"(u[w].w)
+          : "l"(p + col + w * (16 / (int)sizeof(P))));
+    Pack<P, VEC> pk;
+    memcpy(&pk, u, sizeof(pk));
+    unpack_f32<P, VEC>(pk, out);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      out[e] = fill;
+  }
+}
+
 /* VEC fp32 values from shared memory (gamma/beta kept there as fp32), 16 bytes at a time;
  * src 16-byte aligned. */
 template <int VEC> __device__ __forceinline__ void load_smem_f32(const float *src, float *out) {

@@ -17,8 +17,9 @@
  *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192 save those of
  *                     2048-4096) holds the row only until its statistics are known and reads it
  *                     again, from L2, for y. fwd_loop_kernel (fp32 RMSNorm rows of 2048-4096,
- *                     from 2^25 elements) reads it as torch.compile's kernels do: evict-last in
- *                     L1 and L2 for the statistics, evict-first for y.
+ *                     from 2^25 elements, and in its full form of 32768 and 65536) reads it as
+ *                     torch.compile's kernels do: evict-last in L1 and L2 for the statistics,
+ *                     evict-first for y.
  *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
  *                     those of 16384 and 32768 from 2^25 elements on the packed form,
  *                     16-bit LayerNorm rows of up to 4096 and of 8193-32768, fp32 LayerNorm
@@ -1421,14 +1422,17 @@ __global__ void __launch_bounds__(512, MINB)
 
 /* A step of fwd_loop_kernel's vectors (j + u * blockDim.x, u < STEP) with L1 priority L1P, those
  * past the row zero. */
-template <typename T, int VEC, int STEP, int L1P>
+template <typename T, int VEC, int STEP, int L1P, bool NO_L2 = false>
 __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const T *xr, int64_t j,
                                                int64_t nvec, uint64_t pol) {
 #pragma unroll
   for (int u = 0; u < STEP; ++u) {
     const int64_t i = j + (int64_t)u * blockDim.x;
     if (i < nvec) {
-      raw[u] = load_hinted_l1<T, VEC, L1P>(xr + i * VEC, pol);
+      if constexpr (NO_L2)
+        raw[u] = load_l1<T, VEC, L1P == 2>(xr + i * VEC);
+      else
+        raw[u] = load_hinted_l1<T, VEC, L1P>(xr + i * VEC, pol);
     } else {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
@@ -1452,9 +1456,22 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
  * planned kernels). At one vector a step the kernel fits 32 registers, so two 1024-thread CTAs
  * an SM, whose two rows of fp32 32768 overflow L1 (ncu21: 19.6% L1 hits against torch.compile's
  * 44.6% at one CTA an SM); held to one CTA (FNORM_TUNE_FWD_LOOP_SMEM) it lacks loads in flight,
- * and eight vectors in one step won only on fp32 16384 at 2^27 (sweep 89, A/B run CM). */
-template <typename T, typename P, int VEC, int STEP, bool PIPE = false>
+ * and eight vectors in one step won only on fp32 16384 at 2^27 (sweep 89, A/B run CM).
+ * FORM (LoopForm bits, kernels.cuh): what torch.compile's Triton kernel for fp32 RMSNorm 32768
+ * does differently (its SASS, session 37: 1024 threads, the row in one step of eight 16-byte
+ * loads a thread issued back to back at constant offsets, gamma's loads of the y pass issued ahead
+ * of its stores). The full form (kLoopFull + kLoopFreeParams, STEP 8) is that: rows of whole
+ * steps of 1024 threads, no tests, one address a step, gamma read by movable asm. Planned for
+ * fp32 RMSNorm 32768 and 65536 (plan_forward): sweep 91 (H200, tuning build, 2^27) 32768 92.5% ->
+ * 98.3% (torch.compile 98.6%), 65536 85.3% -> 90.0%; the full form alone 94.1%, movable gamma
+ * loads alone (the looping form) lost 6. Sweep 90: no L2 policy (kLoopNoL2) level to -2.5,
+ * plain stores -3 to -16, gamma/beta of a step read first (kLoopParamsFirst) spills (21%). */
+template <typename T, typename P, int VEC, int STEP, bool PIPE = false, int FORM = 0>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
+  constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
+  constexpr bool full = (FORM & kLoopFull) != 0;
+  constexpr bool free_params = (FORM & kLoopFreeParams) != 0;
+  constexpr int kFullThreads = 1024;
   __shared__ __align__(16) float warp[2][32][1];
   const int64_t nvec = a.cols / VEC;
   const int64_t span = (int64_t)STEP * blockDim.x;
@@ -1477,10 +1494,23 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
         for (int u = 0; u < STEP; ++u)
           cur[u] = nxt[u];
       }
+    } else if constexpr (full) {
+      for (int64_t j = threadIdx.x; j < nvec; j += STEP * kFullThreads) {
+        const T *xs = xr + j * VEC;
+        Pack<T, VEC> raw[STEP];
+#pragma unroll
+        for (int u = 0; u < STEP; ++u) {
+          if constexpr (no_l2)
+            raw[u] = load_l1<T, VEC, false>(xs + u * kFullThreads * VEC);
+          else
+            raw[u] = load_hinted_l1<T, VEC, 1>(xs + u * kFullThreads * VEC, keep);
+        }
+        add_squares<T, VEC, STEP, 2>(raw, acc);
+      }
     } else {
       for (int64_t j = threadIdx.x; j < nvec; j += span) {
         Pack<T, VEC> raw[STEP];
-        loop_step_load<T, VEC, STEP, 1>(raw, xr, j, nvec, keep);
+        loop_step_load<T, VEC, STEP, 1, no_l2>(raw, xr, j, nvec, keep);
         add_squares<T, VEC, STEP, 2>(raw, acc);
       }
     }
@@ -1491,6 +1521,37 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
     if (threadIdx.x == 0)
       store_row_stats(a, row, 0.f, rstd);
     T *yr = (T *)a.y + row * a.y_stride;
+    if constexpr (full) {
+      for (int64_t j = threadIdx.x; j < nvec; j += STEP * kFullThreads) {
+        const T *xs = xr + j * VEC;
+        T *ys = yr + j * VEC;
+        Pack<T, VEC> raw[STEP];
+#pragma unroll
+        for (int u = 0; u < STEP; ++u) {
+          if constexpr (no_l2)
+            raw[u] = load_l1<T, VEC, true>(xs + u * kFullThreads * VEC);
+          else
+            raw[u] = load_hinted_l1<T, VEC, 2>(xs + u * kFullThreads * VEC, drop);
+        }
+#pragma unroll
+        for (int u = 0; u < STEP; ++u) {
+          const int64_t col = (j + u * kFullThreads) * VEC;
+          float g[VEC], b[VEC], out[VEC];
+          if constexpr (free_params) {
+            load_param_free<P, VEC>(gamma, col, 1.f, g);
+            load_param_free<P, VEC>(beta, col, 0.f, b);
+          } else {
+            load_param<P, VEC>(gamma, col, 1.f, g);
+            load_param<P, VEC>(beta, col, 0.f, b);
+          }
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[e], b[e]);
+          store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(ys + u * kFullThreads * VEC, out);
+        }
+      }
+      continue;
+    }
     [[maybe_unused]] Pack<T, VEC> ahead[PIPE ? STEP : 1];
     if constexpr (PIPE)
       loop_step_load<T, VEC, STEP, 2>(ahead, xr, threadIdx.x, nvec, drop);
@@ -1505,24 +1566,82 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
 #pragma unroll
         for (int u = 0; u < STEP; ++u) {
           const int64_t i = j + (int64_t)u * blockDim.x;
-          if (i < nvec)
-            raw[u] = load_hinted_l1<T, VEC, 2>(xr + i * VEC, drop);
+          if (i < nvec) {
+            if constexpr (no_l2)
+              raw[u] = load_l1<T, VEC, true>(xr + i * VEC);
+            else
+              raw[u] = load_hinted_l1<T, VEC, 2>(xr + i * VEC, drop);
+          }
         }
       }
+      if constexpr ((FORM & kLoopParamsFirst) != 0) {
+        float g[STEP][VEC], b[STEP][VEC];
 #pragma unroll
-      for (int u = 0; u < STEP; ++u) {
-        const int64_t i = j + (int64_t)u * blockDim.x;
-        if (i < nvec) {
-          float g[VEC], b[VEC], out[VEC];
-          load_param<P, VEC>(gamma, i * VEC, 1.f, g);
-          load_param<P, VEC>(beta, i * VEC, 0.f, b);
+        for (int u = 0; u < STEP; ++u) {
+          const int64_t i = j + (int64_t)u * blockDim.x;
+          if (i < nvec) {
+            load_param<P, VEC>(gamma, i * VEC, 1.f, g[u]);
+            load_param<P, VEC>(beta, i * VEC, 0.f, b[u]);
+          }
+        }
 #pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[e], b[e]);
-          store_vec<T, VEC, true>(yr + i * VEC, out);
+        for (int u = 0; u < STEP; ++u) {
+          const int64_t i = j + (int64_t)u * blockDim.x;
+          if (i < nvec) {
+            float out[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+              out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[u][e], b[u][e]);
+            store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(yr + i * VEC, out);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < STEP; ++u) {
+          const int64_t i = j + (int64_t)u * blockDim.x;
+          if (i < nvec) {
+            float g[VEC], b[VEC], out[VEC];
+            if constexpr (free_params) {
+              load_param_free<P, VEC>(gamma, i * VEC, 1.f, g);
+              load_param_free<P, VEC>(beta, i * VEC, 0.f, b);
+            } else {
+              load_param<P, VEC>(gamma, i * VEC, 1.f, g);
+              load_param<P, VEC>(beta, i * VEC, 0.f, b);
+            }
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+              out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[e], b[e]);
+            store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(yr + i * VEC, out);
+          }
         }
       }
     }
+  }
+}
+
+/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25 or 28) at STEP vectors a step;
+ * NULL for any other. */
+template <typename T, typename P, int VEC, int STEP>
+static void (*fwd_loop_form_pick(int form))(FwdParams) {
+  switch (form) {
+  case 1:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 1>;
+  case 2:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 2>;
+  case 4:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 4>;
+  case 8:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 8>;
+  case 16:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 16>;
+  case 24:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 24>;
+  case 25:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 25>;
+  case 28:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 28>;
+  default:
+    return nullptr;
   }
 }
 
@@ -2027,9 +2146,25 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_ROW && plan.mode == MODE_LOOP) { /* fwd_loop_kernel (RMSNorm) */
     if constexpr (VEC * sizeof(T) == 16) {
       void (*k)(FwdParams) = nullptr;
-      if constexpr (kTuningBuild) { /* every form; variant 1 the PIPE one */
+      if constexpr (kTuningBuild) { /* every form; variant 1 the PIPE one, 8 + FORM the rest */
         const bool pipe = plan.variant == 1;
-        if (!a.layernorm && plan.vpt == 1)
+        int form = plan.variant > 8 ? plan.variant - 8 : 0;
+        /* the full forms need 1024 threads and rows of whole steps; others run the form
+         * without kLoopFull's bits (16 or the plain loop) */
+        const bool whole = plan.threads == 1024 && a.cols % ((int64_t)plan.vpt * 1024 * VEC) == 0;
+        if (form & kLoopFull && !whole)
+          form &= kLoopFreeParams;
+        if (!a.layernorm && form && plan.vpt == 1)
+          k = fwd_loop_form_pick<T, P, VEC, 1>(form);
+        else if (!a.layernorm && form && plan.vpt == 2)
+          k = fwd_loop_form_pick<T, P, VEC, 2>(form);
+        else if (!a.layernorm && form && plan.vpt == 4)
+          k = fwd_loop_form_pick<T, P, VEC, 4>(form);
+        else if (!a.layernorm && form && plan.vpt == 8)
+          k = fwd_loop_form_pick<T, P, VEC, 8>(form);
+        else if (form)
+          k = nullptr;
+        else if (!a.layernorm && plan.vpt == 1)
           k = pipe ? fwd_loop_kernel<T, P, VEC, 1, true> : fwd_loop_kernel<T, P, VEC, 1>;
         else if (!a.layernorm && plan.vpt == 2)
           k = pipe ? fwd_loop_kernel<T, P, VEC, 2, true> : fwd_loop_kernel<T, P, VEC, 2>;
@@ -2038,8 +2173,12 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         else if (!a.layernorm && plan.vpt == 8 && !pipe)
           k = fwd_loop_kernel<T, P, VEC, 8>;
       } else if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value) {
-        if (!a.layernorm && plan.vpt == 4) /* the planned form */
+        const bool whole = plan.threads == 1024 && a.cols % ((int64_t)plan.vpt * 1024 * VEC) == 0;
+        if (!a.layernorm && plan.vpt == 4 && plan.variant == 0) /* the planned forms */
           k = fwd_loop_kernel<T, P, VEC, 4>;
+        else if (!a.layernorm && plan.vpt == 8 && plan.variant == 8 + kLoopFull + kLoopFreeParams &&
+                 whole)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, kLoopFull + kLoopFreeParams>;
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);

@@ -64,9 +64,19 @@ enum Mode {
   MODE_BULK = 6,   /* forward (sm_90), 16-byte rows past the register kernel's: each CTA's chunk
                       copied into shared memory in nbuf pieces, refilled piece by piece with the
                       next row's */
-  MODE_LOOP = 7    /* forward, 16-byte RMSNorm rows (fp32 2048-4096; tuning builds any): a CTA a
-                      row looping over it vpt vectors a thread a step, x read twice
-                      (fwd_loop_kernel) */
+  MODE_LOOP = 7    /* forward, 16-byte RMSNorm rows (fp32 2048-4096, 32768 and 65536;
+                      tuning builds any): a CTA a row looping over it vpt vectors a thread a
+                      step, x read twice (fwd_loop_kernel) */
+};
+
+/* fwd_loop_kernel's FORM bits (MODE_LOOP: Plan.variant is 8 + FORM where FORM is not 0). */
+enum LoopForm {
+  kLoopNoL2 = 1,        /* x read with L1 priorities only, no L2 policy (as Triton's loads) */
+  kLoopParamsFirst = 2, /* the y pass reads a step's gamma/beta vectors before computing any y */
+  kLoopPlainStore = 4,  /* y stored as plain copies the compiler may schedule (no asm store) */
+  kLoopFull = 8,        /* 1024 threads and rows of whole steps (the launcher checks): no tests,
+                           a step's vectors at constant offsets from one address */
+  kLoopFreeParams = 16  /* gamma/beta read by asm the compiler may issue ahead of y's stores */
 };
 
 /* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,
@@ -100,7 +110,9 @@ struct Plan {
                        statistics behind one barrier; forward MODE_CTA: the lean form,
                        fwd_lean_kernel; backward TIER_RING: RESIDENT, the row kept in the
                        stage); 0 the first. Forward TIER_WARP: the rows a one-warp CTA of
-                       fwd_rows_kernel takes at a time (0: fwd_warp_kernel) */
+                       fwd_rows_kernel takes at a time (0: fwd_warp_kernel). Forward
+                       MODE_LOOP: 8 + fwd_loop_kernel's FORM (LoopForm bits), 0 the plain loop;
+                       tuning builds also 1, the PIPE form */
   int min_blocks;   /* MODE_STREAM: CTAs an SM the kernel is built for (4: at most 32
                        registers; tuning builds also 1, its own count, and 2) */
   int hints;        /* MODE_STREAM: 1 to mark x's first read evict-last in L2, its second

@@ -187,14 +187,18 @@ struct Tuning {
                                past the warp tier on it, that many vectors a thread a step */
   int fwd_loop_threads;     /* ... threads a CTA (64 to 1024; the default 1024) */
   int fwd_loop_pipe;        /* ... tuning builds: 1 the form with two steps in flight */
+  int fwd_loop_form;        /* ... tuning builds: FORM bits 1-7 of fwd_loop_kernel at 4 or 8
+                               vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
+                               stores, 8 full, 16 free parameter loads; forms 1, 2, 4, 8,
+                               16, 24, 25 and 28 built); 0 the planned form */
   int fwd_loop_smem;        /* ... tuning builds: dynamic shared memory (bytes, unused) a CTA asks
                                for, to hold CTAs an SM down so that their rows stay in L1 */
 };
 
 Tuning tuning() {
-  Tuning t = {1, 2, 3,   512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1, 0,   1,  32,   16, 1,
-              4, 1, 1,   1,   0,    4,   1,  0, 0, 2,  0, 1, 1, 1,    1, 128, 1,  1,    1,  1,
-              4, 1, 512, 1,   1,    320, 3,  1, 0, 1,  1, 2, 1, 0,    0, 1,   -1, 1024, 0,  0};
+  Tuning t = {1,   2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,   0,    1, 32, 16, 1, 4,
+              1,   1, 1, 0,   4,    1,   0,  0, 2, 0,  1, 1, 1, 1,    128, 1,    1, 1,  1,  4, 1,
+              512, 1, 1, 320, 3,    1,   0,  1, 1, 2,  1, 0, 0, 1,    -1,  1024, 0, 0,  0};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -257,6 +261,9 @@ Tuning tuning() {
   t.fwd_loop = tune_knob("FNORM_TUNE_FWD_LOOP", t.fwd_loop);
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
+  t.fwd_loop_form = tune_knob("FNORM_TUNE_FWD_LOOP_FORM", t.fwd_loop_form);
+  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 31)
+    t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
     t.fwd_loop_smem = 0;
@@ -547,13 +554,38 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4 || tn.fwd_loop == 8) &&
       p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
       tn.fwd_loop_threads <= 1024;
+  /* fp32 RMSNorm rows of 32768 and 65536 with fp32 gamma: fwd_loop_kernel's full form
+   * (kLoopFull + kLoopFreeParams), 1024 threads, steps of eight vectors a thread at constant
+   * offsets, gamma read ahead of y's stores: torch.compile's shape for these rows (its Triton
+   * kernel, session 37). Sweep 91 (H200, tuning build, 2^27 elements): 32768 92.5% -> 98.3%,
+   * 65536 85.3% -> 90.0% of the copy; A/B run CP (release): 32768 +4.1 to +5.8 points at
+   * 2^25-2^27, 65536 +1.0 to +5.3; 131072 and 262144 lost up to 20 points at 2^26-2^27 (the row,
+   * 512 KiB or more, comes back from L2 over many steps). A CTA a row: two rows an SM at least. */
+  const bool loop_full_rule = tn.fwd_loop == -1 && p->norm == FNORM_RMSNORM &&
+                              p->dtype == FNORM_DTYPE_F32 && p->param_dtype == p->dtype &&
+                              vbytes == 16 && (p->cols == 32768 || p->cols == 65536) &&
+                              p->rows >= 2 * (int64_t)dev.sm_count;
+  if (loop_full_rule) {
+    pl.mode = MODE_LOOP;
+    pl.vpt = 8;
+    pl.threads = 1024;
+    pl.cluster = 1;
+    pl.variant = 8 + kLoopFull + kLoopFreeParams;
+    pl.grid = min64(p->rows, kMaxGrid);
+    pl.smem = 0;
+    return pl;
+  }
   if (loop_rule || loop_tuned) {
     pl.mode = MODE_LOOP;
     pl.vpt = loop_rule ? 4 : tn.fwd_loop;
     pl.threads = (int)min64(loop_rule ? 1024 : round_up(tn.fwd_loop_threads, 32),
                             round_up(ceil_div(nvec, pl.vpt), 32));
     pl.cluster = 1;
-    pl.variant = kTuningBuild && tn.fwd_loop_pipe == 1; /* (fwd_loop_kernel's PIPE form) */
+    /* (tuning builds: 1 fwd_loop_kernel's PIPE form, 8 + FORM the others) */
+    pl.variant = !kTuningBuild           ? 0
+                 : tn.fwd_loop_pipe == 1 ? 1
+                 : tn.fwd_loop_form      ? 8 + tn.fwd_loop_form
+                                         : 0;
     pl.grid = min64(p->rows, kMaxGrid);
     pl.smem = kTuningBuild ? (size_t)tn.fwd_loop_smem : 0;
     return pl;
