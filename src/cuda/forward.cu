@@ -1465,13 +1465,16 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
  * fp32 RMSNorm 32768 and 65536 (plan_forward): sweep 91 (H200, tuning build, 2^27) 32768 92.5% ->
  * 98.3% (torch.compile 98.6%), 65536 85.3% -> 90.0%; the full form alone 94.1%, movable gamma
  * loads alone (the looping form) lost 6. Sweep 90: no L2 policy (kLoopNoL2) level to -2.5,
- * plain stores -3 to -16, gamma/beta of a step read first (kLoopParamsFirst) spills (21%). */
+ * plain stores -3 to -16, gamma/beta of a step read first (kLoopParamsFirst) spills (21%).
+ * Sweep 92 (tuning build, not yet planned): the full form at 512 threads (form 56) fp32 16384
+ * 97.0% -> 100.0-100.2% at 2^27, +2.7 at 2^26, +1.1 at 2^25; bf16 32768 +2.3 at 2^27 but -1 to
+ * -2 below; at 256 threads (form 88) fp32 8192 +0.3 to +3.5 at 2^25-2^27. */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false, int FORM = 0>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
   constexpr bool full = (FORM & kLoopFull) != 0;
   constexpr bool free_params = (FORM & kLoopFreeParams) != 0;
-  constexpr int kFullThreads = 1024;
+  constexpr int kFullThreads = FORM & kLoopFull256 ? 256 : FORM & kLoopFull512 ? 512 : 1024;
   __shared__ __align__(16) float warp[2][32][1];
   const int64_t nvec = a.cols / VEC;
   const int64_t span = (int64_t)STEP * blockDim.x;
@@ -1619,8 +1622,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   }
 }
 
-/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25 or 28) at STEP vectors a step;
- * NULL for any other. */
+/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88) at STEP vectors a
+ * step; NULL for any other. */
 template <typename T, typename P, int VEC, int STEP>
 static void (*fwd_loop_form_pick(int form))(FwdParams) {
   switch (form) {
@@ -1640,6 +1643,10 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
     return fwd_loop_kernel<T, P, VEC, STEP, false, 25>;
   case 28:
     return fwd_loop_kernel<T, P, VEC, STEP, false, 28>;
+  case 56:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 56>;
+  case 88:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 88>;
   default:
     return nullptr;
   }
@@ -2149,9 +2156,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       if constexpr (kTuningBuild) { /* every form; variant 1 the PIPE one, 8 + FORM the rest */
         const bool pipe = plan.variant == 1;
         int form = plan.variant > 8 ? plan.variant - 8 : 0;
-        /* the full forms need 1024 threads and rows of whole steps; others run the form
-         * without kLoopFull's bits (16 or the plain loop) */
-        const bool whole = plan.threads == 1024 && a.cols % ((int64_t)plan.vpt * 1024 * VEC) == 0;
+        /* the full forms need their threads (1024, or 512 or 256 by bits 32 and 64) and rows of
+         * whole steps; others run the form without kLoopFull's bits (16 or the plain loop) */
+        const int full_threads = form & kLoopFull256 ? 256 : form & kLoopFull512 ? 512 : 1024;
+        const bool whole =
+            plan.threads == full_threads && a.cols % ((int64_t)plan.vpt * full_threads * VEC) == 0;
         if (form & kLoopFull && !whole)
           form &= kLoopFreeParams;
         if (!a.layernorm && form && plan.vpt == 1)

@@ -76,7 +76,9 @@ enum LoopForm {
   kLoopPlainStore = 4,  /* y stored as plain copies the compiler may schedule (no asm store) */
   kLoopFull = 8,        /* 1024 threads and rows of whole steps (the launcher checks): no tests,
                            a step's vectors at constant offsets from one address */
-  kLoopFreeParams = 16  /* gamma/beta read by asm the compiler may issue ahead of y's stores */
+  kLoopFreeParams = 16, /* gamma/beta read by asm the compiler may issue ahead of y's stores */
+  kLoopFull512 = 32,    /* with kLoopFull: 512 threads instead of 1024 (tuning builds) */
+  kLoopFull256 = 64     /* with kLoopFull: 256 threads (tuning builds) */
 };
 
 /* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,

@@ -189,8 +189,9 @@ struct Tuning {
   int fwd_loop_pipe;        /* ... tuning builds: 1 the form with two steps in flight */
   int fwd_loop_form;        /* ... tuning builds: FORM bits 1-7 of fwd_loop_kernel at 4 or 8
                                vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
-                               stores, 8 full, 16 free parameter loads; forms 1, 2, 4, 8,
-                               16, 24, 25 and 28 built); 0 the planned form */
+                               stores, 8 full, 16 free parameter loads, 32 and 64 the full
+                               form at 512 and 256 threads; forms 1, 2, 4, 8, 16, 24, 25,
+                               28, 56 and 88 built); 0 the planned form */
   int fwd_loop_smem;        /* ... tuning builds: dynamic shared memory (bytes, unused) a CTA asks
                                for, to hold CTAs an SM down so that their rows stay in L1 */
 };
@@ -262,7 +263,7 @@ Tuning tuning() {
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
   t.fwd_loop_form = tune_knob("FNORM_TUNE_FWD_LOOP_FORM", t.fwd_loop_form);
-  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 31)
+  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 127)
     t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
