@@ -272,7 +272,11 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "forward bulk-copy kernel: persistent 512-thread CTAs");
     break;
   case MODE_LOOP:
-    require(wide && p.norm == FNORM_RMSNORM, "forward loop kernel: 16-byte RMSNorm rows");
+    require(wide && (p.norm == FNORM_RMSNORM ||
+                     (kTuningBuild && pl.variant > 8 && (pl.variant - 8) & kLoopLayerNorm &&
+                      (int64_t)pl.threads * pl.vpt == nvec)),
+            "forward loop kernel: 16-byte RMSNorm rows (tuning builds: LayerNorm rows of one step "
+            "in the LayerNorm form)");
     require(pl.threads >= 32 && pl.threads <= 1024 && pl.threads % 32 == 0 && pl.cluster == 1 &&
                 (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4 || pl.vpt == 8),
             "forward loop kernel: whole warps, one CTA a row, 1, 2, 4 or 8 vectors a step");

@@ -1441,6 +1441,32 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
   }
 }
 
+/* y for a step of fwd_loop_kernel's full form: vectors j + u * NT (u < STEP) of the row whose y
+ * starts at ys - j * VEC, from the thread's values raw, (x - mean) * rstd * gamma + beta (RMSNorm:
+ * mean 0). FREE: gamma/beta by movable asm (kLoopFreeParams); ONE_STORE as store_vec's. Used by
+ * the LayerNorm form; the RMSNorm full form keeps the same loop inline (see there). */
+template <typename T, typename P, int VEC, int STEP, int NT, bool FREE, bool ONE_STORE>
+__device__ __forceinline__ void loop_full_y(const Pack<T, VEC> (&raw)[STEP], const P *gamma,
+                                            const P *beta, int64_t j, T *ys, float mean,
+                                            float rstd) {
+#pragma unroll
+  for (int u = 0; u < STEP; ++u) {
+    const int64_t col = (j + u * NT) * VEC;
+    float g[VEC], b[VEC], out[VEC];
+    if constexpr (FREE) {
+      load_param_free<P, VEC>(gamma, col, 1.f, g);
+      load_param_free<P, VEC>(beta, col, 0.f, b);
+    } else {
+      load_param<P, VEC>(gamma, col, 1.f, g);
+      load_param<P, VEC>(beta, col, 0.f, b);
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      out[e] = fmaf((pack_f32<T, VEC>(raw[u], e) - mean) * rstd, g[e], b[e]);
+    store_vec<T, VEC, ONE_STORE>(ys + u * NT * VEC, out);
+  }
+}
+
 /* RMSNorm rows in torch.compile's shape (ncu18, ncu20): a CTA a row (the grid strides over rows),
  * a loop over the row of STEP vectors a thread a step, x read evict-last in L1 and L2 for the
  * sum of squares and again evict-first for y (mostly from L1), gamma through L1; no cluster or
@@ -1468,13 +1494,18 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
  * plain stores -3 to -16, gamma/beta of a step read first (kLoopParamsFirst) spills (21%).
  * Sweep 92 (tuning build, not yet planned): the full form at 512 threads (form 56) fp32 16384
  * 97.0% -> 100.0-100.2% at 2^27, +2.7 at 2^26, +1.1 at 2^25; bf16 32768 +2.3 at 2^27 but -1 to
- * -2 below; at 256 threads (form 88) fp32 8192 +0.3 to +3.5 at 2^25-2^27. */
+ * -2 below; at 256 threads (form 88) fp32 8192 +0.3 to +3.5 at 2^25-2^27. kLoopLayerNorm
+ * (forms 152, 184, 216: the full form at 1024, 512 and 256 threads, rows of one step): LayerNorm,
+ * the row read once and its values kept in registers for the mean, the sum of squares about it
+ * and y (fp32: 64 registers, no spills; 16-bit rows spill 176-216 bytes); written in session
+ * 37, not yet run on a GPU. */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false, int FORM = 0>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
   constexpr bool full = (FORM & kLoopFull) != 0;
   constexpr bool free_params = (FORM & kLoopFreeParams) != 0;
   constexpr int kFullThreads = FORM & kLoopFull256 ? 256 : FORM & kLoopFull512 ? 512 : 1024;
+  constexpr bool ln = (FORM & kLoopLayerNorm) != 0;
   __shared__ __align__(16) float warp[2][32][1];
   const int64_t nvec = a.cols / VEC;
   const int64_t span = (int64_t)STEP * blockDim.x;
@@ -1485,6 +1516,42 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   int slot = 0;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *xr = (const T *)a.x + row * a.x_stride;
+    if constexpr (ln) { /* one step: the row read once, its values kept for both sums and y */
+      static_assert(full, "LayerNorm: the full form");
+      const T *xs = xr + threadIdx.x * VEC;
+      Pack<T, VEC> raw[STEP];
+#pragma unroll
+      for (int u = 0; u < STEP; ++u)
+        raw[u] = load_l1<T, VEC, true>(xs + u * kFullThreads * VEC);
+      float s2[2] = {0.f, 0.f};
+#pragma unroll
+      for (int u = 0; u < STEP; ++u)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          s2[e & 1] += pack_f32<T, VEC>(raw[u], e);
+      float v[1] = {s2[0] + s2[1]};
+      cta_sum_slot<1, 1>(v, warp, slot);
+      slot ^= 1;
+      const float mean = v[0] * inv_n;
+      float q2[2] = {0.f, 0.f};
+#pragma unroll
+      for (int u = 0; u < STEP; ++u)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float d = pack_f32<T, VEC>(raw[u], e) - mean;
+          q2[e & 1] = fmaf(d, d, q2[e & 1]);
+        }
+      v[0] = q2[0] + q2[1];
+      cta_sum_slot<1, 1>(v, warp, slot);
+      slot ^= 1;
+      const float rstd = 1.f / sqrtf(v[0] * inv_n + a.eps);
+      if (threadIdx.x == 0)
+        store_row_stats(a, row, mean, rstd);
+      T *ys = (T *)a.y + row * a.y_stride + threadIdx.x * VEC;
+      loop_full_y<T, P, VEC, STEP, kFullThreads, free_params, (FORM & kLoopPlainStore) == 0>(
+          raw, gamma, beta, threadIdx.x, ys, mean, rstd);
+      continue;
+    }
     float acc[2] = {0.f, 0.f};
     if constexpr (PIPE) {
       Pack<T, VEC> cur[STEP];
@@ -1536,6 +1603,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
           else
             raw[u] = load_hinted_l1<T, VEC, 2>(xs + u * kFullThreads * VEC, drop);
         }
+        /* (loop_full_y's loop, kept inline: through the helper ptxas scheduled the planned
+         * form 24 differently, and run CQ measured this one) */
 #pragma unroll
         for (int u = 0; u < STEP; ++u) {
           const int64_t col = (j + u * kFullThreads) * VEC;
@@ -1647,6 +1716,12 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
     return fwd_loop_kernel<T, P, VEC, STEP, false, 56>;
   case 88:
     return fwd_loop_kernel<T, P, VEC, STEP, false, 88>;
+  case 152:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 152>;
+  case 184:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 184>;
+  case 216:
+    return fwd_loop_kernel<T, P, VEC, STEP, false, 216>;
   default:
     return nullptr;
   }
@@ -2161,9 +2236,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         const int full_threads = form & kLoopFull256 ? 256 : form & kLoopFull512 ? 512 : 1024;
         const bool whole =
             plan.threads == full_threads && a.cols % ((int64_t)plan.vpt * full_threads * VEC) == 0;
+        const bool one_step = whole && a.cols == (int64_t)plan.vpt * full_threads * VEC;
         if (form & kLoopFull && !whole)
           form &= kLoopFreeParams;
-        if (!a.layernorm && form && plan.vpt == 1)
+        if (!!a.layernorm != !!(form & kLoopLayerNorm) || (form & kLoopLayerNorm && !one_step))
+          k = nullptr; /* LayerNorm only in its form, RMSNorm never */
+        else if (form & kLoopLayerNorm && plan.vpt == 8)
+          k = fwd_loop_form_pick<T, P, VEC, 8>(form);
+        else if (!a.layernorm && form && plan.vpt == 1)
           k = fwd_loop_form_pick<T, P, VEC, 1>(form);
         else if (!a.layernorm && form && plan.vpt == 2)
           k = fwd_loop_form_pick<T, P, VEC, 2>(form);

@@ -190,8 +190,9 @@ struct Tuning {
   int fwd_loop_form;        /* ... tuning builds: FORM bits 1-7 of fwd_loop_kernel at 4 or 8
                                vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
                                stores, 8 full, 16 free parameter loads, 32 and 64 the full
-                               form at 512 and 256 threads; forms 1, 2, 4, 8, 16, 24, 25,
-                               28, 56 and 88 built); 0 the planned form */
+                               form at 512 and 256 threads, 128 LayerNorm in the full
+                               form; forms 1, 2, 4, 8, 16, 24, 25, 28, 56, 88, 152, 184
+                               and 216 built); 0 the planned form */
   int fwd_loop_smem;        /* ... tuning builds: dynamic shared memory (bytes, unused) a CTA asks
                                for, to hold CTAs an SM down so that their rows stay in L1 */
 };
@@ -263,7 +264,7 @@ Tuning tuning() {
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
   t.fwd_loop_form = tune_knob("FNORM_TUNE_FWD_LOOP_FORM", t.fwd_loop_form);
-  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 127)
+  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 255)
     t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
@@ -553,8 +554,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const bool loop_tuned =
       kTuningBuild &&
       (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4 || tn.fwd_loop == 8) &&
-      p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
-      tn.fwd_loop_threads <= 1024;
+      (p->norm == FNORM_RMSNORM ||
+       (tn.fwd_loop_form & kLoopLayerNorm && tn.fwd_loop == 8 &&
+        p->cols == 8 * (int64_t)min64(tn.fwd_loop_threads, 1024) * vec)) &&
+      vbytes == 16 && tn.fwd_loop_threads >= 64 && tn.fwd_loop_threads <= 1024;
   /* fp32 RMSNorm rows of 32768 and 65536 with fp32 gamma: fwd_loop_kernel's full form
    * (kLoopFull + kLoopFreeParams), 1024 threads, steps of eight vectors a thread at constant
    * offsets, gamma read ahead of y's stores: torch.compile's shape for these rows (its Triton
@@ -583,10 +586,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
                             round_up(ceil_div(nvec, pl.vpt), 32));
     pl.cluster = 1;
     /* (tuning builds: 1 fwd_loop_kernel's PIPE form, 8 + FORM the others) */
-    pl.variant = !kTuningBuild           ? 0
-                 : tn.fwd_loop_pipe == 1 ? 1
-                 : tn.fwd_loop_form      ? 8 + tn.fwd_loop_form
-                                         : 0;
+    /* (an RMSNorm row drops the form's LayerNorm bit) */
+    const int form =
+        p->norm == FNORM_RMSNORM ? tn.fwd_loop_form & ~(int)kLoopLayerNorm : tn.fwd_loop_form;
+    pl.variant = !kTuningBuild ? 0 : tn.fwd_loop_pipe == 1 ? 1 : form ? 8 + form : 0;
     pl.grid = min64(p->rows, kMaxGrid);
     pl.smem = kTuningBuild ? (size_t)tn.fwd_loop_smem : 0;
     return pl;
