@@ -187,8 +187,8 @@ struct Tuning {
                                past the warp tier on it, that many vectors a thread a step */
   int fwd_loop_threads;     /* ... threads a CTA (64 to 1024; the default 1024) */
   int fwd_loop_pipe;        /* ... tuning builds: 1 the form with two steps in flight */
-  int fwd_loop_form;        /* ... tuning builds: FORM bits 1-7 of fwd_loop_kernel at 4 or 8
-                               vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
+  int fwd_loop_form;        /* ... tuning builds: fwd_loop_kernel's FORM (LoopForm bits) at 1,
+                               2, 4 or 8 vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
                                stores, 8 full, 16 free parameter loads, 32 and 64 the full
                                form at 512 and 256 threads, 128 LayerNorm in the full
                                form; forms 1, 2, 4, 8, 16, 24, 25, 28, 56, 88, 152, 184
