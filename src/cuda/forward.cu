@@ -1420,6 +1420,16 @@ __global__ void __launch_bounds__(512, MINB)
   cluster_barrier(csize);
 }
 
+/* One of fwd_loop_kernel's x vectors with L1 priority L1P (1 evict-last, 2 evict-first), with
+ * the L2 policy pol or (NO_L2, kLoopNoL2) none. */
+template <typename T, int VEC, int L1P, bool NO_L2>
+__device__ __forceinline__ Pack<T, VEC> loop_load(const T *p, uint64_t pol) {
+  if constexpr (NO_L2)
+    return load_l1<T, VEC, L1P == 2>(p);
+  else
+    return load_hinted_l1<T, VEC, L1P>(p, pol);
+}
+
 /* A step of fwd_loop_kernel's vectors (j + u * blockDim.x, u < STEP) with L1 priority L1P, those
  * past the row zero. */
 template <typename T, int VEC, int STEP, int L1P, bool NO_L2 = false>
@@ -1429,10 +1439,7 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
   for (int u = 0; u < STEP; ++u) {
     const int64_t i = j + (int64_t)u * blockDim.x;
     if (i < nvec) {
-      if constexpr (NO_L2)
-        raw[u] = load_l1<T, VEC, L1P == 2>(xr + i * VEC);
-      else
-        raw[u] = load_hinted_l1<T, VEC, L1P>(xr + i * VEC, pol);
+      raw[u] = loop_load<T, VEC, L1P, NO_L2>(xr + i * VEC, pol);
     } else {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
@@ -1442,9 +1449,9 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
 }
 
 /* y for a step of fwd_loop_kernel's full form: vectors j + u * NT (u < STEP) of the row whose y
- * starts at ys - j * VEC, from the thread's values raw, (x - mean) * rstd * gamma + beta (RMSNorm:
- * mean 0). FREE: gamma/beta by movable asm (kLoopFreeParams); ONE_STORE as store_vec's. Used by
- * the LayerNorm form; the RMSNorm full form keeps the same loop inline (see there). */
+ * starts at ys - j * VEC, from the thread's values raw, (x - mean) * rstd * gamma + beta. FREE:
+ * gamma/beta by movable asm (kLoopFreeParams); ONE_STORE as store_vec's. Used by the LayerNorm
+ * form; the RMSNorm full form keeps the same loop inline, without the mean (see there). */
 template <typename T, typename P, int VEC, int STEP, int NT, bool FREE, bool ONE_STORE>
 __device__ __forceinline__ void loop_full_y(const Pack<T, VEC> (&raw)[STEP], const P *gamma,
                                             const P *beta, int64_t j, T *ys, float mean,
@@ -1504,7 +1511,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
   constexpr bool full = (FORM & kLoopFull) != 0;
   constexpr bool free_params = (FORM & kLoopFreeParams) != 0;
-  constexpr int kFullThreads = FORM & kLoopFull256 ? 256 : FORM & kLoopFull512 ? 512 : 1024;
+  constexpr int kFullThreads = loop_full_threads(FORM);
   constexpr bool ln = (FORM & kLoopLayerNorm) != 0;
   __shared__ __align__(16) float warp[2][32][1];
   const int64_t nvec = a.cols / VEC;
@@ -1569,12 +1576,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
         const T *xs = xr + j * VEC;
         Pack<T, VEC> raw[STEP];
 #pragma unroll
-        for (int u = 0; u < STEP; ++u) {
-          if constexpr (no_l2)
-            raw[u] = load_l1<T, VEC, false>(xs + u * kFullThreads * VEC);
-          else
-            raw[u] = load_hinted_l1<T, VEC, 1>(xs + u * kFullThreads * VEC, keep);
-        }
+        for (int u = 0; u < STEP; ++u)
+          raw[u] = loop_load<T, VEC, 1, no_l2>(xs + u * kFullThreads * VEC, keep);
         add_squares<T, VEC, STEP, 2>(raw, acc);
       }
     } else {
@@ -1598,13 +1601,11 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
         Pack<T, VEC> raw[STEP];
 #pragma unroll
         for (int u = 0; u < STEP; ++u) {
-          if constexpr (no_l2)
-            raw[u] = load_l1<T, VEC, true>(xs + u * kFullThreads * VEC);
-          else
-            raw[u] = load_hinted_l1<T, VEC, 2>(xs + u * kFullThreads * VEC, drop);
+          raw[u] = loop_load<T, VEC, 2, no_l2>(xs + u * kFullThreads * VEC, drop);
         }
-        /* (loop_full_y's loop, kept inline: through the helper ptxas scheduled the planned
-         * form 24 differently, and run CQ measured this one) */
+        /* (loop_full_y's loop without the mean, kept inline: through the helper, with the mean
+         * subtracted or not, ptxas scheduled the planned form 24 differently, and run CQ
+         * measured this one) */
 #pragma unroll
         for (int u = 0; u < STEP; ++u) {
           const int64_t col = (j + u * kFullThreads) * VEC;
@@ -1638,12 +1639,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
 #pragma unroll
         for (int u = 0; u < STEP; ++u) {
           const int64_t i = j + (int64_t)u * blockDim.x;
-          if (i < nvec) {
-            if constexpr (no_l2)
-              raw[u] = load_l1<T, VEC, true>(xr + i * VEC);
-            else
-              raw[u] = load_hinted_l1<T, VEC, 2>(xr + i * VEC, drop);
-          }
+          if (i < nvec)
+            raw[u] = loop_load<T, VEC, 2, no_l2>(xr + i * VEC, drop);
         }
       }
       if constexpr ((FORM & kLoopParamsFirst) != 0) {
@@ -1691,8 +1688,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   }
 }
 
-/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88) at STEP vectors a
- * step; NULL for any other. */
+/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88, and the LayerNorm
+ * forms 152, 184 and 216 at 8 vectors) at STEP vectors a step; NULL for any other. */
 template <typename T, typename P, int VEC, int STEP>
 static void (*fwd_loop_form_pick(int form))(FwdParams) {
   switch (form) {
@@ -1717,11 +1714,11 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
   case 88:
     return fwd_loop_kernel<T, P, VEC, STEP, false, 88>;
   case 152:
-    return fwd_loop_kernel<T, P, VEC, STEP, false, 152>;
+    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 152> : nullptr;
   case 184:
-    return fwd_loop_kernel<T, P, VEC, STEP, false, 184>;
+    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 184> : nullptr;
   case 216:
-    return fwd_loop_kernel<T, P, VEC, STEP, false, 216>;
+    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 216> : nullptr;
   default:
     return nullptr;
   }
@@ -2233,7 +2230,7 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         int form = plan.variant > 8 ? plan.variant - 8 : 0;
         /* the full forms need their threads (1024, or 512 or 256 by bits 32 and 64) and rows of
          * whole steps; others run the form without kLoopFull's bits (16 or the plain loop) */
-        const int full_threads = form & kLoopFull256 ? 256 : form & kLoopFull512 ? 512 : 1024;
+        const int full_threads = loop_full_threads(form);
         const bool whole =
             plan.threads == full_threads && a.cols % ((int64_t)plan.vpt * full_threads * VEC) == 0;
         const bool one_step = whole && a.cols == (int64_t)plan.vpt * full_threads * VEC;
@@ -2262,12 +2259,13 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         else if (!a.layernorm && plan.vpt == 8 && !pipe)
           k = fwd_loop_kernel<T, P, VEC, 8>;
       } else if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value) {
-        const bool whole = plan.threads == 1024 && a.cols % ((int64_t)plan.vpt * 1024 * VEC) == 0;
+        constexpr int full = kLoopFull + kLoopFreeParams;
+        const bool whole = plan.threads == loop_full_threads(full) &&
+                           a.cols % ((int64_t)plan.vpt * plan.threads * VEC) == 0;
         if (!a.layernorm && plan.vpt == 4 && plan.variant == 0) /* the planned forms */
           k = fwd_loop_kernel<T, P, VEC, 4>;
-        else if (!a.layernorm && plan.vpt == 8 && plan.variant == 8 + kLoopFull + kLoopFreeParams &&
-                 whole)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, kLoopFull + kLoopFreeParams>;
+        else if (!a.layernorm && plan.vpt == 8 && plan.variant == 8 + full && whole)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, full>;
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);

@@ -83,6 +83,11 @@ enum LoopForm {
                            in registers for both sums and for y (tuning builds) */
 };
 
+/* The threads a CTA of fwd_loop_kernel's full form (FORM with kLoopFull) runs. */
+constexpr int loop_full_threads(int form) {
+  return form & kLoopFull256 ? 256 : form & kLoopFull512 ? 512 : 1024;
+}
+
 /* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,
  * experimental kernels built); never in a release build. */
 #ifdef FNORM_TUNING
