@@ -272,11 +272,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "forward bulk-copy kernel: persistent 512-thread CTAs");
     break;
   case MODE_LOOP:
-    require(wide && (p.norm == FNORM_RMSNORM ||
-                     (kTuningBuild && pl.variant > 8 && (pl.variant - 8) & kLoopLayerNorm &&
-                      (int64_t)pl.threads * pl.vpt == nvec)),
-            "forward loop kernel: 16-byte RMSNorm rows (tuning builds: LayerNorm rows of one step "
-            "in the LayerNorm form)");
+    require(wide && p.norm == FNORM_RMSNORM, "forward loop kernel: 16-byte RMSNorm rows");
     require(pl.threads >= 32 && pl.threads <= 1024 && pl.threads % 32 == 0 && pl.cluster == 1 &&
                 (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4 || pl.vpt == 8),
             "forward loop kernel: whole warps, one CTA a row, 1, 2, 4 or 8 vectors a step");
@@ -285,12 +281,19 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                  p.cols <= 4096 && p.rows * p.cols >= ((int64_t)1 << 25) && pl.vpt == 4 &&
                  pl.threads * (int64_t)pl.vpt >= nvec && pl.variant == 0) ||
                 (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype &&
-                 (p.cols == 32768 || p.cols == 65536) && p.rows >= 2 * (int64_t)dev.sm_count &&
-                 pl.vpt == 8 && pl.threads == 1024 &&
-                 pl.variant == 8 + kLoopFull + kLoopFreeParams),
+                 (p.cols == 8192 || p.cols == 16384 || p.cols == 32768 || p.cols == 65536) &&
+                 p.rows >= 2 * (int64_t)dev.sm_count && pl.vpt == 8 &&
+                 pl.threads == (p.cols == 8192    ? 256
+                                : p.cols == 16384 ? 512
+                                                  : 1024) &&
+                 pl.variant == 8 + kLoopFull + kLoopFreeParams +
+                                   (p.cols == 8192    ? kLoopFull256
+                                    : p.cols == 16384 ? kLoopFull512
+                                                      : 0)),
             "forward loop kernel: fp32 RMSNorm rows of 2048-4096 from 2^25 elements, four "
-            "vectors a step, the row in one step (sweep 86); fp32 RMSNorm rows of 32768 and "
-            "65536 with two rows an SM, the full form (sweep 91, A/B run CP)");
+            "vectors a step, the row in one step (sweep 86); fp32 RMSNorm rows of 8192-65536 "
+            "with two rows an SM, the full form at 256, 512 and 1024 threads (sweeps 91-92, A/B "
+            "runs CP and CR)");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward loop kernel: a CTA a row");
     break;
   case MODE_STREAM:
@@ -723,12 +726,8 @@ void check_choices() {
     for (int i = 0; i < 3; ++i) {
       p = problem(F32, RMS, grid_rows(fcols[i]), fcols[i]);
       const Plan pl = plan_forward(&p, 4, h200.info);
-      expect(h200, F32, RMS, p.rows, fcols[i], false,
-             fcols[i] == 32768 ? pl.mode == MODE_LOOP
-                               : pl.mode == MODE_CTA && !!pl.variant == (fcols[i] == 16384),
-             fcols[i] == 16384   ? "fp32: the lean form"
-             : fcols[i] == 32768 ? "fp32 32768: the loop kernel's full form"
-                                 : "fp32: not the lean form");
+      expect(h200, F32, RMS, p.rows, fcols[i], false, pl.mode == MODE_LOOP,
+             "fp32: the loop kernel's full form");
       p.norm = LN;
       const Plan pln = plan_forward(&p, 4, h200.info);
       if (fcols[i] == 8192) { /* the packed rows form over 8 warps (launchprobe) */
@@ -914,21 +913,38 @@ void check_choices() {
     expect(h200, c.dt, LN, c.rows, c.cols, true, !plan_backward(&p, v, h200.info, false).rms_form,
            "LayerNorm: the general kernels");
   }
-  /* Forward loop kernel's full form: fp32 RMSNorm rows of 32768 and 65536 (fp32 gamma) with
-   * two rows an SM (sweep 91, A/B run CP); not 16-bit rows, 16-bit gamma, rows between them,
+  /* Forward loop kernel's full form: fp32 RMSNorm rows (fp32 gamma) of 32768 and 65536 at 1024
+   * threads (sweep 91, A/B run CP), 8192 at 256 and 16384 at 512 (sweep 92, A/B run CR), with two
+   * rows an SM, 16384 from 2^25 elements; not 16-bit rows, 16-bit gamma, rows between them,
    * longer multiples of 32768 or fewer rows. */
   {
-    const int64_t fcols[] = {32768, 65536, 49152, 131072, 262144};
-    for (int i = 0; i < 5; ++i) {
+    const int64_t fcols[] = {8192, 16384, 32768, 65536, 49152, 131072, 262144};
+    for (int i = 0; i < 7; ++i) {
       const int64_t rows = grid_rows(fcols[i]);
       p = problem(F32, RMS, rows, fcols[i]);
       Plan pl = plan_forward(&p, 4, h200.info);
-      const bool full = fcols[i] == 32768 || fcols[i] == 65536;
+      const bool full = fcols[i] <= 65536 && fcols[i] != 49152;
+      const int threads = fcols[i] == 8192 ? 256 : fcols[i] == 16384 ? 512 : 1024;
       expect(h200, F32, RMS, rows, fcols[i], false,
              full == (pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 8 &&
-                      pl.threads == 1024 && pl.variant == 8 + kLoopFull + kLoopFreeParams),
+                      pl.threads == threads &&
+                      pl.variant == 8 + kLoopFull + kLoopFreeParams +
+                                        (fcols[i] == 8192    ? kLoopFull256
+                                         : fcols[i] == 16384 ? kLoopFull512
+                                                             : 0)),
              full ? "the loop kernel's full form"
                   : "not the full form: rows between 32768 and 65536 or past 65536");
+      if (fcols[i] == 16384) {
+        p = problem(F32, RMS, 1024, fcols[i]);
+        expect(h200, F32, RMS, p.rows, fcols[i], false,
+               plan_forward(&p, 4, h200.info).mode != MODE_LOOP,
+               "not the full form: 16384 below 2^25 elements (A/B run CR: level at 2^24, -5 at "
+               "2^23)");
+        p = problem(F32, RMS, 2048, fcols[i]);
+        expect(h200, F32, RMS, p.rows, fcols[i], false,
+               plan_forward(&p, 4, h200.info).mode == MODE_LOOP,
+               "the full form: 16384 from 2^25 elements");
+      }
       p = problem(F32, RMS, 2 * h200.info.sm_count - 1, fcols[i]);
       expect(h200, F32, RMS, p.rows, fcols[i], false,
              plan_forward(&p, 4, h200.info).mode != MODE_LOOP,
@@ -946,7 +962,8 @@ void check_choices() {
    * 35), in 48 registers up to 4096, 40 beyond; on fp32 LayerNorm rows of 2048-4096 (A/B run
    * AH5) with 64 rows an SM, in 48; not at 16384, not LayerNorm past 4096 or with few rows, not
    * 16-bit. fp32 RMSNorm rows of 2048-4096 from 2^25 elements take the loop form instead (sweep
-   * 86: four vectors a thread in one step, 128 and 256 threads), below 2^25 the reread kernel. */
+   * 86: four vectors a thread in one step, 128 and 256 threads), below 2^25 the reread kernel;
+   * rows of 8192 and 16384 the loop kernel's full form (A/B run CR). */
   const int64_t rcols[] = {2048, 4096, 5120, 8192, 16384};
   const int rregs[] = {48, 48, 40, 40, 0};
   for (int i = 0; i < 5; ++i) {
@@ -963,6 +980,10 @@ void check_choices() {
       expect(h200, F32, RMS, rows / 8, rcols[i], false,
              pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
              "2^24 elements: x read again for y");
+    } else if (rcols[i] >= 8192) { /* the loop kernel's full form (sweep 92, A/B run CR) */
+      expect(h200, F32, RMS, rows, rcols[i], false,
+             pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 8,
+             "the loop kernel's full form");
     } else {
       expect(h200, F32, RMS, rows, rcols[i], false,
              pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],

@@ -14,10 +14,11 @@
  *                     held as their words and converted again on each pass.
  *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
  *                     there are at least two rows an SM: a CTA per row, not persistent.
- *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8192 save those of
- *                     2048-4096) holds the row only until its statistics are known and reads it
- *                     again, from L2, for y. fwd_loop_kernel (fp32 RMSNorm rows of 2048-4096,
- *                     from 2^25 elements, and in its full form of 32768 and 65536) reads it as
+ *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8191, those of
+ *                     2048-4096 below 2^25 elements) holds the row only until its statistics
+ *                     are known and reads it again, from L2, for y. fwd_loop_kernel (fp32
+ *                     RMSNorm rows of 2048-4096 from 2^25 elements, and in its full form of
+ *                     8192, 16384 (from 2^25), 32768 and 65536) reads it as
  *                     torch.compile's kernels do: evict-last in L1 and L2 for the statistics,
  *                     evict-first for y.
  *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
@@ -1448,32 +1449,6 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
   }
 }
 
-/* y for a step of fwd_loop_kernel's full form: vectors j + u * NT (u < STEP) of the row whose y
- * starts at ys - j * VEC, from the thread's values raw, (x - mean) * rstd * gamma + beta. FREE:
- * gamma/beta by movable asm (kLoopFreeParams); ONE_STORE as store_vec's. Used by the LayerNorm
- * form; the RMSNorm full form keeps the same loop inline, without the mean (see there). */
-template <typename T, typename P, int VEC, int STEP, int NT, bool FREE, bool ONE_STORE>
-__device__ __forceinline__ void loop_full_y(const Pack<T, VEC> (&raw)[STEP], const P *gamma,
-                                            const P *beta, int64_t j, T *ys, float mean,
-                                            float rstd) {
-#pragma unroll
-  for (int u = 0; u < STEP; ++u) {
-    const int64_t col = (j + u * NT) * VEC;
-    float g[VEC], b[VEC], out[VEC];
-    if constexpr (FREE) {
-      load_param_free<P, VEC>(gamma, col, 1.f, g);
-      load_param_free<P, VEC>(beta, col, 0.f, b);
-    } else {
-      load_param<P, VEC>(gamma, col, 1.f, g);
-      load_param<P, VEC>(beta, col, 0.f, b);
-    }
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      out[e] = fmaf((pack_f32<T, VEC>(raw[u], e) - mean) * rstd, g[e], b[e]);
-    store_vec<T, VEC, ONE_STORE>(ys + u * NT * VEC, out);
-  }
-}
-
 /* RMSNorm rows in torch.compile's shape (ncu18, ncu20): a CTA a row (the grid strides over rows),
  * a loop over the row of STEP vectors a thread a step, x read evict-last in L1 and L2 for the
  * sum of squares and again evict-first for y (mostly from L1), gamma through L1; no cluster or
@@ -1501,18 +1476,16 @@ __device__ __forceinline__ void loop_full_y(const Pack<T, VEC> (&raw)[STEP], con
  * plain stores -3 to -16, gamma/beta of a step read first (kLoopParamsFirst) spills (21%).
  * Sweep 92 (tuning build, not yet planned): the full form at 512 threads (form 56) fp32 16384
  * 97.0% -> 100.0-100.2% at 2^27, +2.7 at 2^26, +1.1 at 2^25; bf16 32768 +2.3 at 2^27 but -1 to
- * -2 below; at 256 threads (form 88) fp32 8192 +0.3 to +3.5 at 2^25-2^27. kLoopLayerNorm
- * (forms 152, 184, 216: the full form at 1024, 512 and 256 threads, rows of one step): LayerNorm,
- * the row read once and its values kept in registers for the mean, the sum of squares about it
- * and y (fp32: 64 registers, no spills; 16-bit rows spill 176-216 bytes); written in session
- * 37, not yet run on a GPU. */
+ * -2 below; at 256 threads (form 88) fp32 8192 +0.3 to +3.5 at 2^25-2^27; A/B run CR then
+ * planned both for fp32. A LayerNorm form of the full form at one step (the row read once, its
+ * values held in registers for the mean, the centred sum of squares and y) lost 2-5 points to
+ * the planned kernels on fp32 LayerNorm 8192-32768 (sweep 93) and was removed. */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false, int FORM = 0>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
   constexpr bool full = (FORM & kLoopFull) != 0;
   constexpr bool free_params = (FORM & kLoopFreeParams) != 0;
   constexpr int kFullThreads = loop_full_threads(FORM);
-  constexpr bool ln = (FORM & kLoopLayerNorm) != 0;
   __shared__ __align__(16) float warp[2][32][1];
   const int64_t nvec = a.cols / VEC;
   const int64_t span = (int64_t)STEP * blockDim.x;
@@ -1523,42 +1496,6 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   int slot = 0;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *xr = (const T *)a.x + row * a.x_stride;
-    if constexpr (ln) { /* one step: the row read once, its values kept for both sums and y */
-      static_assert(full, "LayerNorm: the full form");
-      const T *xs = xr + threadIdx.x * VEC;
-      Pack<T, VEC> raw[STEP];
-#pragma unroll
-      for (int u = 0; u < STEP; ++u)
-        raw[u] = load_l1<T, VEC, true>(xs + u * kFullThreads * VEC);
-      float s2[2] = {0.f, 0.f};
-#pragma unroll
-      for (int u = 0; u < STEP; ++u)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          s2[e & 1] += pack_f32<T, VEC>(raw[u], e);
-      float v[1] = {s2[0] + s2[1]};
-      cta_sum_slot<1, 1>(v, warp, slot);
-      slot ^= 1;
-      const float mean = v[0] * inv_n;
-      float q2[2] = {0.f, 0.f};
-#pragma unroll
-      for (int u = 0; u < STEP; ++u)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float d = pack_f32<T, VEC>(raw[u], e) - mean;
-          q2[e & 1] = fmaf(d, d, q2[e & 1]);
-        }
-      v[0] = q2[0] + q2[1];
-      cta_sum_slot<1, 1>(v, warp, slot);
-      slot ^= 1;
-      const float rstd = 1.f / sqrtf(v[0] * inv_n + a.eps);
-      if (threadIdx.x == 0)
-        store_row_stats(a, row, mean, rstd);
-      T *ys = (T *)a.y + row * a.y_stride + threadIdx.x * VEC;
-      loop_full_y<T, P, VEC, STEP, kFullThreads, free_params, (FORM & kLoopPlainStore) == 0>(
-          raw, gamma, beta, threadIdx.x, ys, mean, rstd);
-      continue;
-    }
     float acc[2] = {0.f, 0.f};
     if constexpr (PIPE) {
       Pack<T, VEC> cur[STEP];
@@ -1603,9 +1540,6 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
         for (int u = 0; u < STEP; ++u) {
           raw[u] = loop_load<T, VEC, 2, no_l2>(xs + u * kFullThreads * VEC, drop);
         }
-        /* (loop_full_y's loop without the mean, kept inline: through the helper, with the mean
-         * subtracted or not, ptxas scheduled the planned form 24 differently, and run CQ
-         * measured this one) */
 #pragma unroll
         for (int u = 0; u < STEP; ++u) {
           const int64_t col = (j + u * kFullThreads) * VEC;
@@ -1688,8 +1622,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   }
 }
 
-/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88, and the LayerNorm
- * forms 152, 184 and 216 at 8 vectors) at STEP vectors a step; NULL for any other. */
+/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88) at STEP vectors a
+ * step; NULL for any other. */
 template <typename T, typename P, int VEC, int STEP>
 static void (*fwd_loop_form_pick(int form))(FwdParams) {
   switch (form) {
@@ -1713,12 +1647,6 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
     return fwd_loop_kernel<T, P, VEC, STEP, false, 56>;
   case 88:
     return fwd_loop_kernel<T, P, VEC, STEP, false, 88>;
-  case 152:
-    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 152> : nullptr;
-  case 184:
-    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 184> : nullptr;
-  case 216:
-    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 216> : nullptr;
   default:
     return nullptr;
   }
@@ -2233,14 +2161,9 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         const int full_threads = loop_full_threads(form);
         const bool whole =
             plan.threads == full_threads && a.cols % ((int64_t)plan.vpt * full_threads * VEC) == 0;
-        const bool one_step = whole && a.cols == (int64_t)plan.vpt * full_threads * VEC;
         if (form & kLoopFull && !whole)
           form &= kLoopFreeParams;
-        if (!!a.layernorm != !!(form & kLoopLayerNorm) || (form & kLoopLayerNorm && !one_step))
-          k = nullptr; /* LayerNorm only in its form, RMSNorm never */
-        else if (form & kLoopLayerNorm && plan.vpt == 8)
-          k = fwd_loop_form_pick<T, P, VEC, 8>(form);
-        else if (!a.layernorm && form && plan.vpt == 1)
+        if (!a.layernorm && form && plan.vpt == 1)
           k = fwd_loop_form_pick<T, P, VEC, 1>(form);
         else if (!a.layernorm && form && plan.vpt == 2)
           k = fwd_loop_form_pick<T, P, VEC, 2>(form);
@@ -2260,12 +2183,17 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
           k = fwd_loop_kernel<T, P, VEC, 8>;
       } else if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value) {
         constexpr int full = kLoopFull + kLoopFreeParams;
-        const bool whole = plan.threads == loop_full_threads(full) &&
+        const bool whole = plan.variant > 8 &&
+                           plan.threads == loop_full_threads(plan.variant - 8) &&
                            a.cols % ((int64_t)plan.vpt * plan.threads * VEC) == 0;
         if (!a.layernorm && plan.vpt == 4 && plan.variant == 0) /* the planned forms */
           k = fwd_loop_kernel<T, P, VEC, 4>;
-        else if (!a.layernorm && plan.vpt == 8 && plan.variant == 8 + full && whole)
+        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full)
           k = fwd_loop_kernel<T, P, VEC, 8, false, full>;
+        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull512)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull512>;
+        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull256)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull256>;
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);

@@ -78,9 +78,7 @@ enum LoopForm {
                            a step's vectors at constant offsets from one address */
   kLoopFreeParams = 16, /* gamma/beta read by asm the compiler may issue ahead of y's stores */
   kLoopFull512 = 32,    /* with kLoopFull: 512 threads instead of 1024 (tuning builds) */
-  kLoopFull256 = 64,    /* with kLoopFull: 256 threads (tuning builds) */
-  kLoopLayerNorm = 128  /* with kLoopFull, rows of one step: LayerNorm, the thread's values held
-                           in registers for both sums and for y (tuning builds) */
+  kLoopFull256 = 64     /* with kLoopFull: 256 threads */
 };
 
 /* The threads a CTA of fwd_loop_kernel's full form (FORM with kLoopFull) runs. */

@@ -96,7 +96,8 @@ struct Tuning {
                           fp32 rows and staged 16-bit LayerNorm rows; 0 never; 2 (tuning builds):
                           on all 16-byte rows (sweep 29's 1) */
   int fwd_reread;      /* forward CTA-per-row kernel: 1 reads x again for y on fp32 RMSNorm rows
-                          of up to 8192; 0 never; 2 (tuning builds) on all its rows */
+                          of up to 8192 the loop kernel does not take; 0 never; 2 (tuning
+                          builds) on all its rows */
   int fwd_reread_regs; /* ... its registers a thread at most (tuning builds: 32, 40, 48 or 64; 0 the
                           rule's) */
   int fwd_stream_minb; /* forward streaming kernel: CTAs an SM it is built for, 4 (at most 32
@@ -554,10 +555,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const bool loop_tuned =
       kTuningBuild &&
       (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4 || tn.fwd_loop == 8) &&
-      (p->norm == FNORM_RMSNORM ||
-       (tn.fwd_loop_form & kLoopLayerNorm && tn.fwd_loop == 8 &&
-        p->cols == 8 * (int64_t)min64(tn.fwd_loop_threads, 1024) * vec)) &&
-      vbytes == 16 && tn.fwd_loop_threads >= 64 && tn.fwd_loop_threads <= 1024;
+      p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
+      tn.fwd_loop_threads <= 1024;
   /* fp32 RMSNorm rows of 32768 and 65536 with fp32 gamma: fwd_loop_kernel's full form
    * (kLoopFull + kLoopFreeParams), 1024 threads, steps of eight vectors a thread at constant
    * offsets, gamma read ahead of y's stores: torch.compile's shape for these rows (its Triton
@@ -565,16 +564,25 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * 65536 85.3% -> 90.0% of the copy; A/B run CP (release): 32768 +4.1 to +5.8 points at
    * 2^25-2^27, 65536 +1.0 to +5.3; 131072 and 262144 lost up to 20 points at 2^26-2^27 (the row,
    * 512 KiB or more, comes back from L2 over many steps). A CTA a row: two rows an SM at least. */
+  /* The same form at 512 threads for 16384 (the row in one step) and at 256 for 8192: sweep 92
+   * (tuning build), then A/B run CR (H200, release builds): 8192 +0.5 points at 2^27, +1.1 at
+   * 2^26, +2.7 at 2^25, +5 at 2^23-2^24 (89.7% of the copy there); 16384 +2.9 at 2^27 (99.8%),
+   * +1.8 at 2^26, +1.0 at 2^25, level at 2^24 and -5 at 2^23 (512 rows): from 2^25 elements. */
   const bool loop_full_rule = tn.fwd_loop == -1 && p->norm == FNORM_RMSNORM &&
                               p->dtype == FNORM_DTYPE_F32 && p->param_dtype == p->dtype &&
-                              vbytes == 16 && (p->cols == 32768 || p->cols == 65536) &&
+                              vbytes == 16 &&
+                              (p->cols == 8192 || p->cols == 32768 || p->cols == 65536 ||
+                               (p->cols == 16384 && p->rows * p->cols >= ((int64_t)1 << 25))) &&
                               p->rows >= 2 * (int64_t)dev.sm_count;
   if (loop_full_rule) {
     pl.mode = MODE_LOOP;
     pl.vpt = 8;
-    pl.threads = 1024;
+    pl.threads = p->cols == 8192 ? 256 : p->cols == 16384 ? 512 : 1024;
     pl.cluster = 1;
-    pl.variant = 8 + kLoopFull + kLoopFreeParams;
+    pl.variant = 8 + kLoopFull + kLoopFreeParams +
+                 (p->cols == 8192    ? kLoopFull256
+                  : p->cols == 16384 ? kLoopFull512
+                                     : 0);
     pl.grid = min64(p->rows, kMaxGrid);
     pl.smem = 0;
     return pl;
@@ -586,10 +594,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
                             round_up(ceil_div(nvec, pl.vpt), 32));
     pl.cluster = 1;
     /* (tuning builds: 1 fwd_loop_kernel's PIPE form, 8 + FORM the others) */
-    /* (an RMSNorm row drops the form's LayerNorm bit) */
-    const int form =
-        p->norm == FNORM_RMSNORM ? tn.fwd_loop_form & ~(int)kLoopLayerNorm : tn.fwd_loop_form;
-    pl.variant = !kTuningBuild ? 0 : tn.fwd_loop_pipe == 1 ? 1 : form ? 8 + form : 0;
+    pl.variant = !kTuningBuild           ? 0
+                 : tn.fwd_loop_pipe == 1 ? 1
+                 : tn.fwd_loop_form      ? 8 + tn.fwd_loop_form
+                                         : 0;
     pl.grid = min64(p->rows, kMaxGrid);
     pl.smem = kTuningBuild ? (size_t)tn.fwd_loop_smem : 0;
     return pl;
@@ -657,7 +665,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     const int v1 = 8 / vec; /* vectors of 8 elements */
     /* fp32 LayerNorm rows of up to 4096 at 16 elements a thread (sweep 19: N = 2048 and 4096
      * +3 and +5 points; from 5120 on, and for RMSNorm, 16 was level or slower). */
-    /* fp32 RMSNorm rows of up to 8192: x read again for y (fwd_cta_reread_kernel), at 16
+    /* fp32 RMSNorm rows of up to 8192 (those the loop kernel above does not take: 8192 itself
+     * since A/B run CR): x read again for y (fwd_cta_reread_kernel), at 16
      * elements a thread and 48 registers (rows of up to 4096) or 40. Sweep 35 (H200, 2^27
      * elements): N = 2048 94% -> 99% of the copy, 4096 93% -> 99%, 8192 92% -> 99%; 16384
      * (1024 threads a CTA) 93% -> 77%. LayerNorm, and 16-bit rows (which spill within 40 or 48
