@@ -438,21 +438,23 @@ static void cuda_sizes(void) {
       forward_hard_cases(FNORM_RMSNORM, FNORM_DTYPE_F32, rows, cols, 0, 1);
     }
   }
-  /* The loop kernel's full form: fp32 RMSNorm rows with fp32 gamma and two rows an SM or more
-   * (321: past two rows an SM on 160 SMs, so that the case list is the same on every GPU): 32768
-   * (one step of eight vectors a thread of 1024), 65536 (two steps), 8192 (one step at 256
-   * threads) and 16384 (one step at 512, 2048 rows: the plan takes it from 2^25 elements), each
-   * also with aligned strides and no gamma or statistics (forward_cases), on a 1e4 offset, with
-   * NaN/Inf in some rows, and in place. Under --quick 32768 alone. */
+  /* The loop kernel's full form: RMSNorm rows with gamma in their dtype and two rows an SM or
+   * more (321: past two rows an SM on 160 SMs, so that the case list is the same on every GPU):
+   * fp32 32768 (one step of eight vectors a thread of 1024), 65536 (two steps), 8192 (one step
+   * at 256 threads), 5120 (at 160), 16384 (at 512, 2048 rows: the plan takes it from 2^25
+   * elements), bf16 and fp16 32768 (at 512, 4096 rows: from 2^27), each also with aligned
+   * strides and no gamma or statistics (forward_cases), on a 1e4 offset, with NaN/Inf in some
+   * rows, and in place. Under --quick fp32 32768 alone. */
   {
-    static const case_shape full_form[] = {
-        {0, 1, 32768}, {0, 1, 65536}, {0, 1, 8192}, {0, 1, 16384}};
+    static const case_shape full_form[] = {{0, 1, 32768}, {0, 1, 65536}, {0, 1, 8192}, {0, 1, 5120},
+                                           {0, 1, 16384}, {3, 1, 32768}, {1, 1, 32768}};
     for (s = 0; s < (int)(sizeof full_form / sizeof full_form[0]); s++) {
-      const int64_t rows = full_form[s].cols == 16384 ? 2048 : 321;
+      const int64_t rows = full_form[s].cols == 16384 ? 2048 : full_form[s].combo ? 4096 : 321;
       forward_cases(full_form + s, 1, rows, 1);
       if (g_opt.quick)
         break;
-      forward_hard_cases(FNORM_RMSNORM, FNORM_DTYPE_F32, rows, full_form[s].cols, 0, 1);
+      forward_hard_cases(FNORM_RMSNORM, combos[full_form[s].combo].dtype, rows, full_form[s].cols,
+                         0, 1);
     }
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: from y

@@ -92,7 +92,10 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool packed_rows =
       packed_vpl && vec * elem == 16 && p.param_dtype == p.dtype &&
       p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols, elem) &&
-      p.rows * packed_cluster <= 0x7fffffff;
+      p.rows * packed_cluster <= 0x7fffffff &&
+      /* (16-bit RMSNorm 32768 with two rows an SM: the loop kernel's full form, A/B run CS) */
+      !(!kTuningBuild && p.norm == FNORM_RMSNORM && p.cols == 32768 &&
+        p.rows * p.cols >= ((int64_t)1 << 27));
   require(kTuningBuild ? !pl.packed || packed_rows : !!pl.packed == packed_rows,
           "forward: the packed rows form on the rows packed_rows_shape names with gamma in their "
           "dtype from packed_rows_min_elements, and there alone");
@@ -280,20 +283,21 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                 (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype && p.cols >= 2048 &&
                  p.cols <= 4096 && p.rows * p.cols >= ((int64_t)1 << 25) && pl.vpt == 4 &&
                  pl.threads * (int64_t)pl.vpt >= nvec && pl.variant == 0) ||
-                (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype &&
-                 (p.cols == 8192 || p.cols == 16384 || p.cols == 32768 || p.cols == 65536) &&
-                 p.rows >= 2 * (int64_t)dev.sm_count && pl.vpt == 8 &&
-                 pl.threads == (p.cols == 8192    ? 256
-                                : p.cols == 16384 ? 512
-                                                  : 1024) &&
-                 pl.variant == 8 + kLoopFull + kLoopFreeParams +
-                                   (p.cols == 8192    ? kLoopFull256
-                                    : p.cols == 16384 ? kLoopFull512
-                                                      : 0)),
-            "forward loop kernel: fp32 RMSNorm rows of 2048-4096 from 2^25 elements, four "
-            "vectors a step, the row in one step (sweep 86); fp32 RMSNorm rows of 8192-65536 "
-            "with two rows an SM, the full form at 256, 512 and 1024 threads (sweeps 91-92, A/B "
-            "runs CP and CR)");
+                (pl.variant > 8 && ((pl.variant - 8) & kLoopFull) != 0 &&
+                 p.param_dtype == p.dtype && p.rows >= 2 * (int64_t)dev.sm_count && pl.vpt == 8 &&
+                 pl.threads == loop_full_threads(pl.variant - 8) &&
+                 nvec % (8 * (int64_t)pl.threads) == 0 &&
+                 (pl.variant - 8 - kLoopFull - kLoopFreeParams == 0 ||
+                  pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull512 ||
+                  pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull256 ||
+                  pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull160) &&
+                 (p.dtype == FNORM_DTYPE_F32
+                      ? p.cols == 5120 || p.cols == 8192 || p.cols == 32768 || p.cols == 65536 ||
+                            (p.cols == 16384 && p.rows * p.cols >= ((int64_t)1 << 25))
+                      : p.cols == 32768 && p.rows * p.cols >= ((int64_t)1 << 27))),
+            "forward loop kernel: fp32 RMSNorm 2048-4096 from 2^25 elements in one step of four "
+            "vectors (sweep 86); the full form, its threads, rows of whole steps of eight: fp32 "
+            "RMSNorm 5120-65536, 16-bit 32768 (sweeps 91-94, A/B runs CP-CS)");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward loop kernel: a CTA a row");
     break;
   case MODE_STREAM:
@@ -694,9 +698,14 @@ void check_choices() {
                  reg = norm == RMS && ccols[i] > 32768 && !rms_cl,
                  packed =
                      (norm == LN && ccols[i] <= 32768 && ccols[i] != 20480 && ccols[i] != 24576) ||
-                     (norm == RMS && (ccols[i] == 16384 || ccols[i] == 32768)) || rms_cl,
-                 lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192);
-      if (packed) {
+                     (norm == RMS && ccols[i] == 16384) || rms_cl,
+                 lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192),
+                 full = norm == RMS && ccols[i] == 32768; /* (A/B run CS) */
+      if (full) {
+        expect(h200, BF16, norm, rows, ccols[i], false,
+               pl.mode == MODE_LOOP && pl.threads == 512 && pl.vpt == 8,
+               "the loop kernel's full form at 512 threads");
+      } else if (packed) {
         expect(h200, BF16, norm, rows, ccols[i], false, pl.tier == TIER_WARP && pl.packed,
                "the packed rows form");
       } else {
@@ -709,7 +718,11 @@ void check_choices() {
                       : "the CTA-per-row kernel");
       }
       p.rows = 4096;
-      if (packed && 4096 * ccols[i] >= packed_rows_min_elements(norm == LN, ccols[i], 2)) {
+      if (full) {
+        expect(h200, BF16, norm, 4096, ccols[i], false,
+               plan_forward(&p, 8, h200.info).mode == MODE_LOOP,
+               "4096 rows of 32768: the loop kernel's full form");
+      } else if (packed && 4096 * ccols[i] >= packed_rows_min_elements(norm == LN, ccols[i], 2)) {
         expect(h200, BF16, norm, 4096, ccols[i], false, plan_forward(&p, 8, h200.info).packed == 1,
                "4096 rows of 16384 or more: the packed rows form (2^25 elements)");
       } else {
@@ -918,22 +931,26 @@ void check_choices() {
    * rows an SM, 16384 from 2^25 elements; not 16-bit rows, 16-bit gamma, rows between them,
    * longer multiples of 32768 or fewer rows. */
   {
-    const int64_t fcols[] = {8192, 16384, 32768, 65536, 49152, 131072, 262144};
-    for (int i = 0; i < 7; ++i) {
+    const int64_t fcols[] = {5120, 8192, 16384, 32768, 65536, 49152, 131072, 262144, 6144};
+    for (int i = 0; i < 9; ++i) {
       const int64_t rows = grid_rows(fcols[i]);
       p = problem(F32, RMS, rows, fcols[i]);
       Plan pl = plan_forward(&p, 4, h200.info);
-      const bool full = fcols[i] <= 65536 && fcols[i] != 49152;
-      const int threads = fcols[i] == 8192 ? 256 : fcols[i] == 16384 ? 512 : 1024;
+      const bool full = fcols[i] <= 65536 && fcols[i] != 49152 && fcols[i] != 6144;
+      const int threads = fcols[i] == 5120    ? 160
+                          : fcols[i] == 8192  ? 256
+                          : fcols[i] == 16384 ? 512
+                                              : 1024;
       expect(h200, F32, RMS, rows, fcols[i], false,
              full == (pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 8 &&
                       pl.threads == threads &&
                       pl.variant == 8 + kLoopFull + kLoopFreeParams +
-                                        (fcols[i] == 8192    ? kLoopFull256
+                                        (fcols[i] == 5120    ? kLoopFull160
+                                         : fcols[i] == 8192  ? kLoopFull256
                                          : fcols[i] == 16384 ? kLoopFull512
                                                              : 0)),
              full ? "the loop kernel's full form"
-                  : "not the full form: rows between 32768 and 65536 or past 65536");
+                  : "not the full form: 6144, rows between 32768 and 65536 or past 65536");
       if (fcols[i] == 16384) {
         p = problem(F32, RMS, 1024, fcols[i]);
         expect(h200, F32, RMS, p.rows, fcols[i], false,
@@ -951,7 +968,14 @@ void check_choices() {
              "not the full form: fewer than two rows an SM");
       p = problem(BF16, RMS, rows, fcols[i]);
       expect(h200, BF16, RMS, rows, fcols[i], false,
-             plan_forward(&p, 8, h200.info).mode != MODE_LOOP, "not the full form: 16-bit rows");
+             (plan_forward(&p, 8, h200.info).mode == MODE_LOOP) == (fcols[i] == 32768),
+             fcols[i] == 32768 ? "16-bit rows of 32768: the full form at 512 threads"
+                               : "not the full form: 16-bit rows other than 32768");
+      if (fcols[i] == 32768) {
+        p = problem(BF16, RMS, 4095, fcols[i]);
+        expect(h200, BF16, RMS, p.rows, fcols[i], false, plan_forward(&p, 8, h200.info).packed == 1,
+               "16-bit rows of 32768 below 2^27 elements: the packed rows form (A/B run CS)");
+      }
       p = problem(F32, RMS, rows, fcols[i]);
       p.param_dtype = FNORM_DTYPE_BF16;
       expect(h200, F32, RMS, rows, fcols[i], false,
@@ -980,7 +1004,7 @@ void check_choices() {
       expect(h200, F32, RMS, rows / 8, rcols[i], false,
              pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
              "2^24 elements: x read again for y");
-    } else if (rcols[i] >= 8192) { /* the loop kernel's full form (sweep 92, A/B run CR) */
+    } else if (rcols[i] >= 5120) { /* the loop kernel's full form (A/B runs CR and CS) */
       expect(h200, F32, RMS, rows, rcols[i], false,
              pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 8,
              "the loop kernel's full form");

@@ -1557,64 +1557,64 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
           store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(ys + u * kFullThreads * VEC, out);
         }
       }
-      continue;
-    }
-    [[maybe_unused]] Pack<T, VEC> ahead[PIPE ? STEP : 1];
-    if constexpr (PIPE)
-      loop_step_load<T, VEC, STEP, 2>(ahead, xr, threadIdx.x, nvec, drop);
-    for (int64_t j = threadIdx.x; j < nvec; j += span) {
-      Pack<T, VEC> raw[STEP];
-      if constexpr (PIPE) {
+    } else { /* (not instantiated for the full forms, which end above) */
+      [[maybe_unused]] Pack<T, VEC> ahead[PIPE ? STEP : 1];
+      if constexpr (PIPE)
+        loop_step_load<T, VEC, STEP, 2>(ahead, xr, threadIdx.x, nvec, drop);
+      for (int64_t j = threadIdx.x; j < nvec; j += span) {
+        Pack<T, VEC> raw[STEP];
+        if constexpr (PIPE) {
 #pragma unroll
-        for (int u = 0; u < STEP; ++u)
-          raw[u] = ahead[u];
-        loop_step_load<T, VEC, STEP, 2>(ahead, xr, j + span, nvec, drop);
-      } else {
+          for (int u = 0; u < STEP; ++u)
+            raw[u] = ahead[u];
+          loop_step_load<T, VEC, STEP, 2>(ahead, xr, j + span, nvec, drop);
+        } else {
 #pragma unroll
-        for (int u = 0; u < STEP; ++u) {
-          const int64_t i = j + (int64_t)u * blockDim.x;
-          if (i < nvec)
-            raw[u] = loop_load<T, VEC, 2, no_l2>(xr + i * VEC, drop);
-        }
-      }
-      if constexpr ((FORM & kLoopParamsFirst) != 0) {
-        float g[STEP][VEC], b[STEP][VEC];
-#pragma unroll
-        for (int u = 0; u < STEP; ++u) {
-          const int64_t i = j + (int64_t)u * blockDim.x;
-          if (i < nvec) {
-            load_param<P, VEC>(gamma, i * VEC, 1.f, g[u]);
-            load_param<P, VEC>(beta, i * VEC, 0.f, b[u]);
+          for (int u = 0; u < STEP; ++u) {
+            const int64_t i = j + (int64_t)u * blockDim.x;
+            if (i < nvec)
+              raw[u] = loop_load<T, VEC, 2, no_l2>(xr + i * VEC, drop);
           }
         }
+        if constexpr ((FORM & kLoopParamsFirst) != 0) {
+          float g[STEP][VEC], b[STEP][VEC];
 #pragma unroll
-        for (int u = 0; u < STEP; ++u) {
-          const int64_t i = j + (int64_t)u * blockDim.x;
-          if (i < nvec) {
-            float out[VEC];
-#pragma unroll
-            for (int e = 0; e < VEC; ++e)
-              out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[u][e], b[u][e]);
-            store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(yr + i * VEC, out);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int u = 0; u < STEP; ++u) {
-          const int64_t i = j + (int64_t)u * blockDim.x;
-          if (i < nvec) {
-            float g[VEC], b[VEC], out[VEC];
-            if constexpr (free_params) {
-              load_param_free<P, VEC>(gamma, i * VEC, 1.f, g);
-              load_param_free<P, VEC>(beta, i * VEC, 0.f, b);
-            } else {
-              load_param<P, VEC>(gamma, i * VEC, 1.f, g);
-              load_param<P, VEC>(beta, i * VEC, 0.f, b);
+          for (int u = 0; u < STEP; ++u) {
+            const int64_t i = j + (int64_t)u * blockDim.x;
+            if (i < nvec) {
+              load_param<P, VEC>(gamma, i * VEC, 1.f, g[u]);
+              load_param<P, VEC>(beta, i * VEC, 0.f, b[u]);
             }
+          }
 #pragma unroll
-            for (int e = 0; e < VEC; ++e)
-              out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[e], b[e]);
-            store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(yr + i * VEC, out);
+          for (int u = 0; u < STEP; ++u) {
+            const int64_t i = j + (int64_t)u * blockDim.x;
+            if (i < nvec) {
+              float out[VEC];
+#pragma unroll
+              for (int e = 0; e < VEC; ++e)
+                out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[u][e], b[u][e]);
+              store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(yr + i * VEC, out);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int u = 0; u < STEP; ++u) {
+            const int64_t i = j + (int64_t)u * blockDim.x;
+            if (i < nvec) {
+              float g[VEC], b[VEC], out[VEC];
+              if constexpr (free_params) {
+                load_param_free<P, VEC>(gamma, i * VEC, 1.f, g);
+                load_param_free<P, VEC>(beta, i * VEC, 0.f, b);
+              } else {
+                load_param<P, VEC>(gamma, i * VEC, 1.f, g);
+                load_param<P, VEC>(beta, i * VEC, 0.f, b);
+              }
+#pragma unroll
+              for (int e = 0; e < VEC; ++e)
+                out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[e], b[e]);
+              store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(yr + i * VEC, out);
+            }
           }
         }
       }
@@ -1622,8 +1622,9 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   }
 }
 
-/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88) at STEP vectors a
- * step; NULL for any other. */
+/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88, and 152 (the full
+ * form at 128 threads) or 280 (160) at eight vectors) at STEP vectors a step; NULL for any other.
+ */
 template <typename T, typename P, int VEC, int STEP>
 static void (*fwd_loop_form_pick(int form))(FwdParams) {
   switch (form) {
@@ -1647,6 +1648,10 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
     return fwd_loop_kernel<T, P, VEC, STEP, false, 56>;
   case 88:
     return fwd_loop_kernel<T, P, VEC, STEP, false, 88>;
+  case 152: /* (eight vectors a step only: rows of 1024 and 1280 vectors in one step) */
+    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 152> : nullptr;
+  case 280:
+    return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 280> : nullptr;
   default:
     return nullptr;
   }
@@ -2194,6 +2199,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
           k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull512>;
         else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull256)
           k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull256>;
+        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull160)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull160>;
+      } else if constexpr (std::is_same<T, P>::value) { /* 16-bit rows, 16-bit gamma */
+        constexpr int full = kLoopFull + kLoopFreeParams + kLoopFull512;
+        const bool whole = plan.threads == loop_full_threads(full) &&
+                           a.cols % ((int64_t)plan.vpt * plan.threads * VEC) == 0;
+        if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, full>;
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);

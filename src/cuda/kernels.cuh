@@ -77,13 +77,19 @@ enum LoopForm {
   kLoopFull = 8,        /* 1024 threads and rows of whole steps (the launcher checks): no tests,
                            a step's vectors at constant offsets from one address */
   kLoopFreeParams = 16, /* gamma/beta read by asm the compiler may issue ahead of y's stores */
-  kLoopFull512 = 32,    /* with kLoopFull: 512 threads instead of 1024 (tuning builds) */
-  kLoopFull256 = 64     /* with kLoopFull: 256 threads */
+  kLoopFull512 = 32,    /* with kLoopFull: 512 threads instead of 1024 */
+  kLoopFull256 = 64,    /* with kLoopFull: 256 threads */
+  kLoopFull128 = 128,   /* with kLoopFull: 128 threads (tuning builds, eight vectors a step) */
+  kLoopFull160 = 256    /* with kLoopFull: 160 threads (eight vectors a step: fp32 5120) */
 };
 
 /* The threads a CTA of fwd_loop_kernel's full form (FORM with kLoopFull) runs. */
 constexpr int loop_full_threads(int form) {
-  return form & kLoopFull256 ? 256 : form & kLoopFull512 ? 512 : 1024;
+  return form & kLoopFull160   ? 160
+         : form & kLoopFull128 ? 128
+         : form & kLoopFull256 ? 256
+         : form & kLoopFull512 ? 512
+                               : 1024;
 }
 
 /* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,

@@ -190,10 +190,10 @@ struct Tuning {
   int fwd_loop_pipe;        /* ... tuning builds: 1 the form with two steps in flight */
   int fwd_loop_form;        /* ... tuning builds: fwd_loop_kernel's FORM (LoopForm bits) at 1,
                                2, 4 or 8 vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
-                               stores, 8 full, 16 free parameter loads, 32 and 64 the full
-                               form at 512 and 256 threads, 128 LayerNorm in the full
-                               form; forms 1, 2, 4, 8, 16, 24, 25, 28, 56, 88, 152, 184
-                               and 216 built); 0 the planned form */
+                               stores, 8 full, 16 free parameter loads, 32, 64, 128 and
+                               256 the full form at 512, 256, 128 and 160 threads; forms 1,
+                               2, 4, 8, 16, 24, 25, 28, 56, 88, 152 and 280 built); 0 the
+                               planned form */
   int fwd_loop_smem;        /* ... tuning builds: dynamic shared memory (bytes, unused) a CTA asks
                                for, to hold CTAs an SM down so that their rows stay in L1 */
 };
@@ -265,7 +265,7 @@ Tuning tuning() {
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
   t.fwd_loop_form = tune_knob("FNORM_TUNE_FWD_LOOP_FORM", t.fwd_loop_form);
-  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 255)
+  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 511)
     t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
@@ -407,6 +407,39 @@ void plan_stream(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInf
 
 namespace fnorm_cuda {
 
+/* The threads a CTA of fwd_loop_kernel's full form (kLoopFull + kLoopFreeParams: steps of eight
+ * vectors a thread at constant offsets, gamma read ahead of y's stores, torch.compile's shape for
+ * these rows, its Triton kernel read in session 37) runs on RMSNorm rows with gamma in their own
+ * dtype and two rows an SM at least (a CTA a row); 0 where the form is not planned.
+ * - fp32 32768 and 65536 at 1024 threads: sweep 91 (H200, tuning build, 2^27 elements) 32768
+ *   92.5% -> 98.3%, 65536 85.3% -> 90.0% of the copy; A/B run CP (release): 32768 +4.1 to +5.8
+ *   points at 2^25-2^27, 65536 +1.0 to +5.3; 131072 and 262144 lost up to 20 points at
+ *   2^26-2^27 (the row, 512 KiB or more, comes back from L2 over many steps).
+ * - fp32 16384 at 512 threads and 8192 at 256 (the row in one step): sweep 92, then A/B run CR
+ *   (H200, release): 8192 +0.5 points at 2^27, +1.1 at 2^26, +2.7 at 2^25, +5 at 2^23-2^24;
+ *   16384 +2.9 at 2^27 (99.8%), +1.8 at 2^26, +1.0 at 2^25, level at 2^24 and -5 at 2^23 (512
+ *   rows): from 2^25 elements.
+ * - fp32 5120 at 160 threads: sweep 94 (tuning build), then A/B run CS (H200, release): 97.6%
+ *   -> 99.3% at 2^27, +2.3 at 2^26, +3.1 at 2^25, +5 at 2^24, +9 at 2^23.
+ * - 16-bit 32768 at 512 threads, ahead of the packed rows form, from 2^27 elements: A/B run CS
+ *   bf16 95.4% -> 97.8%, fp16 95.5% -> 96.9% at 2^27; at 2^26 bf16 level, fp16 -1.3; at
+ *   2^24-2^25 -0.5 to -5.5 (fewer waves of two CTAs an SM). 16-bit 8192 at 128 threads level,
+ *   16384 at 256 +1.5 at 2^27 and -2.5 at 2^25 (sweep 94): not planned. */
+static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+  if (p->norm != FNORM_RMSNORM || p->param_dtype != p->dtype ||
+      vec * (int64_t)dtype_bytes(p->dtype) != 16 || p->rows < 2 * (int64_t)dev.sm_count)
+    return 0;
+  if (p->dtype != FNORM_DTYPE_F32)
+    return p->cols == 32768 && p->rows * p->cols >= ((int64_t)1 << 27) ? 512 : 0;
+  if (p->cols == 16384)
+    return p->rows * p->cols >= ((int64_t)1 << 25) ? 512 : 0;
+  return p->cols == 5120    ? 160
+         : p->cols == 8192  ? 256
+         : p->cols == 32768 ? 1024
+         : p->cols == 65536 ? 1024
+                            : 0;
+}
+
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   const Tuning tn = tuning();
   Plan pl = {};
@@ -417,6 +450,22 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * bound: more than L2 holds; 16-bit LayerNorm 8192 from 2^27, packed_rows_min_elements): a row a
    * CTA of 1-8 warps in registers, 16-bit rows as their words (fwd_rows_packed_kernel). A/B run of
    * session 29 (H200, release builds, 2^27 elements; see the kernel). */
+  const int full_threads = tn.fwd_loop == -1 ? loop_full_form_threads(p, vec, dev) : 0;
+  if (full_threads) {
+    pl.tier = TIER_ROW;
+    pl.mode = MODE_LOOP;
+    pl.vpt = 8;
+    pl.threads = full_threads;
+    pl.cluster = 1;
+    pl.variant = 8 + kLoopFull + kLoopFreeParams +
+                 (full_threads == 160   ? kLoopFull160
+                  : full_threads == 256 ? kLoopFull256
+                  : full_threads == 512 ? kLoopFull512
+                                        : 0);
+    pl.grid = min64(p->rows, kMaxGrid);
+    pl.smem = 0;
+    return pl;
+  }
   int packed_vpl = 0, packed_wpr = 0, packed_cluster = 0;
   const int elem = (int)dtype_bytes(p->dtype);
   packed_rows_shape(p->norm == FNORM_LAYERNORM, p->cols, elem, packed_vpl, packed_wpr,
@@ -557,36 +606,6 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4 || tn.fwd_loop == 8) &&
       p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
       tn.fwd_loop_threads <= 1024;
-  /* fp32 RMSNorm rows of 32768 and 65536 with fp32 gamma: fwd_loop_kernel's full form
-   * (kLoopFull + kLoopFreeParams), 1024 threads, steps of eight vectors a thread at constant
-   * offsets, gamma read ahead of y's stores: torch.compile's shape for these rows (its Triton
-   * kernel, session 37). Sweep 91 (H200, tuning build, 2^27 elements): 32768 92.5% -> 98.3%,
-   * 65536 85.3% -> 90.0% of the copy; A/B run CP (release): 32768 +4.1 to +5.8 points at
-   * 2^25-2^27, 65536 +1.0 to +5.3; 131072 and 262144 lost up to 20 points at 2^26-2^27 (the row,
-   * 512 KiB or more, comes back from L2 over many steps). A CTA a row: two rows an SM at least. */
-  /* The same form at 512 threads for 16384 (the row in one step) and at 256 for 8192: sweep 92
-   * (tuning build), then A/B run CR (H200, release builds): 8192 +0.5 points at 2^27, +1.1 at
-   * 2^26, +2.7 at 2^25, +5 at 2^23-2^24 (89.7% of the copy there); 16384 +2.9 at 2^27 (99.8%),
-   * +1.8 at 2^26, +1.0 at 2^25, level at 2^24 and -5 at 2^23 (512 rows): from 2^25 elements. */
-  const bool loop_full_rule = tn.fwd_loop == -1 && p->norm == FNORM_RMSNORM &&
-                              p->dtype == FNORM_DTYPE_F32 && p->param_dtype == p->dtype &&
-                              vbytes == 16 &&
-                              (p->cols == 8192 || p->cols == 32768 || p->cols == 65536 ||
-                               (p->cols == 16384 && p->rows * p->cols >= ((int64_t)1 << 25))) &&
-                              p->rows >= 2 * (int64_t)dev.sm_count;
-  if (loop_full_rule) {
-    pl.mode = MODE_LOOP;
-    pl.vpt = 8;
-    pl.threads = p->cols == 8192 ? 256 : p->cols == 16384 ? 512 : 1024;
-    pl.cluster = 1;
-    pl.variant = 8 + kLoopFull + kLoopFreeParams +
-                 (p->cols == 8192    ? kLoopFull256
-                  : p->cols == 16384 ? kLoopFull512
-                                     : 0);
-    pl.grid = min64(p->rows, kMaxGrid);
-    pl.smem = 0;
-    return pl;
-  }
   if (loop_rule || loop_tuned) {
     pl.mode = MODE_LOOP;
     pl.vpt = loop_rule ? 4 : tn.fwd_loop;
