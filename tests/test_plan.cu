@@ -66,6 +66,16 @@ int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+/* 16-bit RMSNorm rows the loop kernel's full form takes (gamma in their dtype, two rows an SM):
+ * 65536 at 1024 threads from 2^26 elements, 32768 at 512 and 16384 at 256 from 2^27 (A/B runs
+ * CS and CU). */
+bool full16(const fnorm_problem &p, const DeviceInfo &dev) {
+  return p.norm == FNORM_RMSNORM && p.dtype != FNORM_DTYPE_F32 && p.param_dtype == p.dtype &&
+         p.rows >= 2 * (int64_t)dev.sm_count &&
+         ((p.cols == 65536 && p.rows * p.cols >= ((int64_t)1 << 26)) ||
+          ((p.cols == 32768 || p.cols == 16384) && p.rows * p.cols >= ((int64_t)1 << 27)));
+}
+
 void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const DeviceInfo &dev) {
   const int64_t nvec = p.cols / vec;
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
@@ -92,10 +102,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool packed_rows =
       packed_vpl && vec * elem == 16 && p.param_dtype == p.dtype &&
       p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols, elem) &&
-      p.rows * packed_cluster <= 0x7fffffff &&
-      /* (16-bit RMSNorm 32768 with two rows an SM: the loop kernel's full form, A/B run CS) */
-      !(!kTuningBuild && p.norm == FNORM_RMSNORM && p.cols == 32768 &&
-        p.rows * p.cols >= ((int64_t)1 << 27));
+      p.rows * packed_cluster <= 0x7fffffff && !(!kTuningBuild && full16(p, dev));
   require(kTuningBuild ? !pl.packed || packed_rows : !!pl.packed == packed_rows,
           "forward: the packed rows form on the rows packed_rows_shape names with gamma in their "
           "dtype from packed_rows_min_elements, and there alone");
@@ -294,7 +301,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                  (p.dtype == FNORM_DTYPE_F32
                       ? p.cols == 5120 || p.cols == 8192 || p.cols == 32768 || p.cols == 65536 ||
                             (p.cols == 16384 && p.rows * p.cols >= ((int64_t)1 << 25))
-                      : p.cols == 32768 && p.rows * p.cols >= ((int64_t)1 << 27))),
+                      : full16(p, dev))),
             "forward loop kernel: fp32 RMSNorm 2048-4096 from 2^25 elements in one step of four "
             "vectors (sweep 86); the full form, its threads, rows of whole steps of eight: fp32 "
             "RMSNorm 5120-65536, 16-bit 32768 (sweeps 91-94, A/B runs CP-CS)");
@@ -700,11 +707,14 @@ void check_choices() {
                      (norm == LN && ccols[i] <= 32768 && ccols[i] != 20480 && ccols[i] != 24576) ||
                      (norm == RMS && ccols[i] == 16384) || rms_cl,
                  lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192),
-                 full = norm == RMS && ccols[i] == 32768; /* (A/B run CS) */
+                 full = full16(p, h200.info); /* (A/B runs CS and CU) */
       if (full) {
         expect(h200, BF16, norm, rows, ccols[i], false,
-               pl.mode == MODE_LOOP && pl.threads == 512 && pl.vpt == 8,
-               "the loop kernel's full form at 512 threads");
+               pl.mode == MODE_LOOP && pl.vpt == 8 &&
+                   pl.threads == (ccols[i] == 65536   ? 1024
+                                  : ccols[i] == 32768 ? 512
+                                                      : 256),
+               "the loop kernel's full form at 256, 512 or 1024 threads");
       } else if (packed) {
         expect(h200, BF16, norm, rows, ccols[i], false, pl.tier == TIER_WARP && pl.packed,
                "the packed rows form");
@@ -718,10 +728,10 @@ void check_choices() {
                       : "the CTA-per-row kernel");
       }
       p.rows = 4096;
-      if (full) {
+      if (full16(p, h200.info)) {
         expect(h200, BF16, norm, 4096, ccols[i], false,
                plan_forward(&p, 8, h200.info).mode == MODE_LOOP,
-               "4096 rows of 32768: the loop kernel's full form");
+               "4096 rows of 32768 or 65536: the loop kernel's full form");
       } else if (packed && 4096 * ccols[i] >= packed_rows_min_elements(norm == LN, ccols[i], 2)) {
         expect(h200, BF16, norm, 4096, ccols[i], false, plan_forward(&p, 8, h200.info).packed == 1,
                "4096 rows of 16384 or more: the packed rows form (2^25 elements)");
@@ -968,10 +978,10 @@ void check_choices() {
              "not the full form: fewer than two rows an SM");
       p = problem(BF16, RMS, rows, fcols[i]);
       expect(h200, BF16, RMS, rows, fcols[i], false,
-             (plan_forward(&p, 8, h200.info).mode == MODE_LOOP) == (fcols[i] == 32768),
-             fcols[i] == 32768 ? "16-bit rows of 32768: the full form at 512 threads"
-                               : "not the full form: 16-bit rows other than 32768");
-      if (fcols[i] == 32768) {
+             (plan_forward(&p, 8, h200.info).mode == MODE_LOOP) == full16(p, h200.info),
+             full16(p, h200.info) ? "16-bit rows of 16384-65536: the full form"
+                                  : "not the full form: other 16-bit rows");
+      if (fcols[i] == 32768 || fcols[i] == 16384) {
         p = problem(BF16, RMS, 4095, fcols[i]);
         expect(h200, BF16, RMS, p.rows, fcols[i], false, plan_forward(&p, 8, h200.info).packed == 1,
                "16-bit rows of 32768 below 2^27 elements: the packed rows form (A/B run CS)");

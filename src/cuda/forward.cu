@@ -2202,11 +2202,16 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull160)
           k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull160>;
       } else if constexpr (std::is_same<T, P>::value) { /* 16-bit rows, 16-bit gamma */
-        constexpr int full = kLoopFull + kLoopFreeParams + kLoopFull512;
-        const bool whole = plan.threads == loop_full_threads(full) &&
+        constexpr int full = kLoopFull + kLoopFreeParams;
+        const bool whole = plan.variant > 8 &&
+                           plan.threads == loop_full_threads(plan.variant - 8) &&
                            a.cols % ((int64_t)plan.vpt * plan.threads * VEC) == 0;
         if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full)
           k = fwd_loop_kernel<T, P, VEC, 8, false, full>;
+        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull512)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull512>;
+        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull256)
+          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull256>;
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);

@@ -423,14 +423,22 @@ namespace fnorm_cuda {
  *   -> 99.3% at 2^27, +2.3 at 2^26, +3.1 at 2^25, +5 at 2^24, +9 at 2^23.
  * - 16-bit 32768 at 512 threads, ahead of the packed rows form, from 2^27 elements: A/B run CS
  *   bf16 95.4% -> 97.8%, fp16 95.5% -> 96.9% at 2^27; at 2^26 bf16 level, fp16 -1.3; at
- *   2^24-2^25 -0.5 to -5.5 (fewer waves of two CTAs an SM). 16-bit 8192 at 128 threads level,
- *   16384 at 256 +1.5 at 2^27 and -2.5 at 2^25 (sweep 94): not planned. */
+ *   2^24-2^25 -0.5 to -5.5 (fewer waves of two CTAs an SM). 16-bit 8192 at 128 threads level
+ *   (sweep 94): not planned.
+ * - 16-bit 65536 at 1024 threads (one step, as fp32 32768), from 2^26 elements: A/B run CU (H200,
+ *   release) bf16 90.1% -> 92.7%, fp16 89.0-89.3% -> 92.9-93.1% at 2^27, +0.9/+1.2 at 2^26,
+ *   -2.6/-3.2 at 2^25, level below; 16-bit 16384 at 256 threads, from 2^27: bf16 96.2% ->
+ *   97.2-97.4%, fp16 96.0-96.2% -> 96.5% at 2^27, level at 2^23-2^26 (sweep 94: -2.5 at
+ *   2^25). */
 static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (p->norm != FNORM_RMSNORM || p->param_dtype != p->dtype ||
       vec * (int64_t)dtype_bytes(p->dtype) != 16 || p->rows < 2 * (int64_t)dev.sm_count)
     return 0;
   if (p->dtype != FNORM_DTYPE_F32)
-    return p->cols == 32768 && p->rows * p->cols >= ((int64_t)1 << 27) ? 512 : 0;
+    return p->cols == 65536 && p->rows * p->cols >= ((int64_t)1 << 26)   ? 1024
+           : p->cols == 32768 && p->rows * p->cols >= ((int64_t)1 << 27) ? 512
+           : p->cols == 16384 && p->rows * p->cols >= ((int64_t)1 << 27) ? 256
+                                                                         : 0;
   if (p->cols == 16384)
     return p->rows * p->cols >= ((int64_t)1 << 25) ? 512 : 0;
   return p->cols == 5120    ? 160
