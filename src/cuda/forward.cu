@@ -9,7 +9,8 @@
  *                     not persistent, each taking a few rows at once over the whole warp or,
  *                     16-bit rows of 256 and 384 elements, over each half of it.
  *                     fwd_rows_packed_kernel: 16-bit LayerNorm rows of 4096-32768 and RMSNorm
- *                     rows of 16384 and 32768, fp32 LayerNorm rows of 5120 and 8192
+ *                     rows of 16384 and 32768 (below 2^27 elements) and 65536 (below 2^26),
+ *                     fp32 LayerNorm rows of 5120 and 8192
  *                     (packed_rows_shape), a row a CTA of 1-8 warps in registers, 16-bit rows
  *                     held as their words and converted again on each pass.
  *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
@@ -17,8 +18,9 @@
  *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8191, those of
  *                     2048-4096 below 2^25 elements) holds the row only until its statistics
  *                     are known and reads it again, from L2, for y. fwd_loop_kernel (fp32
- *                     RMSNorm rows of 2048-4096 from 2^25 elements, and in its full form of
- *                     8192, 16384 (from 2^25), 32768 and 65536) reads it as
+ *                     RMSNorm rows of 2048-4096 from 2^25 elements, and in its full form fp32
+ *                     RMSNorm rows of 5120, 8192, 16384 (from 2^25), 32768 and 65536 and
+ *                     16-bit ones of 16384-65536 (loop_full_form_threads)) reads it as
  *                     torch.compile's kernels do: evict-last in L1 and L2 for the statistics,
  *                     evict-first for y.
  *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
@@ -1474,12 +1476,13 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
  * 98.3% (torch.compile 98.6%), 65536 85.3% -> 90.0%; the full form alone 94.1%, movable gamma
  * loads alone (the looping form) lost 6. Sweep 90: no L2 policy (kLoopNoL2) level to -2.5,
  * plain stores -3 to -16, gamma/beta of a step read first (kLoopParamsFirst) spills (21%).
- * Sweep 92 (tuning build, not yet planned): the full form at 512 threads (form 56) fp32 16384
- * 97.0% -> 100.0-100.2% at 2^27, +2.7 at 2^26, +1.1 at 2^25; bf16 32768 +2.3 at 2^27 but -1 to
- * -2 below; at 256 threads (form 88) fp32 8192 +0.3 to +3.5 at 2^25-2^27; A/B run CR then
- * planned both for fp32. A LayerNorm form of the full form at one step (the row read once, its
- * values held in registers for the mean, the centred sum of squares and y) lost 2-5 points to
- * the planned kernels on fp32 LayerNorm 8192-32768 (sweep 93) and was removed. */
+ * Sweeps 92 and 94 (tuning builds) ran the full form at 160-512 threads (kLoopFull512, 256,
+ * 128 and 160: the thread count that fills a row in one step); A/B runs CR, CS and CU (release
+ * builds) planned it for fp32 RMSNorm 5120-16384 and 16-bit RMSNorm 16384-65536, each from the
+ * size where it stopped losing (plan.cu, loop_full_form_threads). A LayerNorm form of the full form
+ * at one step (the row read once, its values held in registers for the mean, the centred sum of
+ * squares and y) lost 2-5 points to the planned kernels on fp32 LayerNorm 8192-32768 (sweep 93) and
+ * was removed. */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false, int FORM = 0>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
