@@ -1660,6 +1660,28 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
   }
 }
 
+/* Release builds' full forms of fwd_loop_kernel (plan_forward's loop_full_form_threads) by FORM:
+ * kLoopFull + kLoopFreeParams at 1024, 512 and 256 threads, and at 160 for fp32 rows; NULL for
+ * any other. */
+template <typename T, typename P, int VEC> static void (*fwd_loop_full_pick(int form))(FwdParams) {
+  constexpr int full = kLoopFull + kLoopFreeParams;
+  switch (form) {
+  case full:
+    return fwd_loop_kernel<T, P, VEC, 8, false, full>;
+  case full + kLoopFull512:
+    return fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull512>;
+  case full + kLoopFull256:
+    return fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull256>;
+  case full + kLoopFull160:
+    if constexpr (std::is_same<T, float>::value)
+      return fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull160>;
+    else
+      return nullptr;
+  default:
+    return nullptr;
+  }
+}
+
 /* 16-bit rows past 2^16 vectors whose chunk fits in one CTA's shared memory (sm_90, plan_forward;
  * up to 16 x 225 KiB, 1.8 million elements): a cluster of CTAs per row, one CTA an SM by its
  * shared memory, persistent. Each CTA's chunk of x arrives by bulk copies, one per piece (whole
@@ -2164,12 +2186,9 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
       if constexpr (kTuningBuild) { /* every form; variant 1 the PIPE one, 8 + FORM the rest */
         const bool pipe = plan.variant == 1;
         int form = plan.variant > 8 ? plan.variant - 8 : 0;
-        /* the full forms need their threads (1024, or 512 or 256 by bits 32 and 64) and rows of
-         * whole steps; others run the form without kLoopFull's bits (16 or the plain loop) */
-        const int full_threads = loop_full_threads(form);
-        const bool whole =
-            plan.threads == full_threads && a.cols % ((int64_t)plan.vpt * full_threads * VEC) == 0;
-        if (form & kLoopFull && !whole)
+        /* the full forms need their threads (loop_full_threads) and rows of whole steps; others
+         * run the form without kLoopFull's bits (16 or the plain loop) */
+        if (form & kLoopFull && !loop_full_fits(plan, form, a.cols, VEC))
           form &= kLoopFreeParams;
         if (!a.layernorm && form && plan.vpt == 1)
           k = fwd_loop_form_pick<T, P, VEC, 1>(form);
@@ -2189,32 +2208,14 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
           k = pipe ? fwd_loop_kernel<T, P, VEC, 4, true> : fwd_loop_kernel<T, P, VEC, 4>;
         else if (!a.layernorm && plan.vpt == 8 && !pipe)
           k = fwd_loop_kernel<T, P, VEC, 8>;
-      } else if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value) {
-        constexpr int full = kLoopFull + kLoopFreeParams;
-        const bool whole = plan.variant > 8 &&
-                           plan.threads == loop_full_threads(plan.variant - 8) &&
-                           a.cols % ((int64_t)plan.vpt * plan.threads * VEC) == 0;
-        if (!a.layernorm && plan.vpt == 4 && plan.variant == 0) /* the planned forms */
-          k = fwd_loop_kernel<T, P, VEC, 4>;
-        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, full>;
-        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull512)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull512>;
-        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull256)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull256>;
-        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull160)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull160>;
-      } else if constexpr (std::is_same<T, P>::value) { /* 16-bit rows, 16-bit gamma */
-        constexpr int full = kLoopFull + kLoopFreeParams;
-        const bool whole = plan.variant > 8 &&
-                           plan.threads == loop_full_threads(plan.variant - 8) &&
-                           a.cols % ((int64_t)plan.vpt * plan.threads * VEC) == 0;
-        if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, full>;
-        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull512)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull512>;
-        else if (!a.layernorm && plan.vpt == 8 && whole && plan.variant == 8 + full + kLoopFull256)
-          k = fwd_loop_kernel<T, P, VEC, 8, false, full + kLoopFull256>;
+      } else if constexpr (std::is_same<T, P>::value) { /* gamma in the rows' dtype */
+        if constexpr (std::is_same<T, float>::value) {
+          if (!a.layernorm && plan.vpt == 4 && plan.variant == 0) /* fp32 2048-4096 */
+            k = fwd_loop_kernel<T, P, VEC, 4>;
+        }
+        if (!k && !a.layernorm && plan.vpt == 8 && plan.variant > 8 &&
+            loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
+          k = fwd_loop_full_pick<T, P, VEC>(plan.variant - 8);
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);

@@ -64,9 +64,10 @@ enum Mode {
   MODE_BULK = 6,   /* forward (sm_90), 16-byte rows past the register kernel's: each CTA's chunk
                       copied into shared memory in nbuf pieces, refilled piece by piece with the
                       next row's */
-  MODE_LOOP = 7    /* forward, 16-byte RMSNorm rows (fp32 2048-4096, 32768 and 65536;
-                      tuning builds any): a CTA a row looping over it vpt vectors a thread a
-                      step, x read twice (fwd_loop_kernel) */
+  MODE_LOOP = 7    /* forward, 16-byte RMSNorm rows (fp32 2048-4096, and in the full form fp32
+                      5120-65536 and 16-bit 16384-65536; tuning builds any): a CTA a row
+                      looping over it vpt vectors a thread a step, x read twice
+                      (fwd_loop_kernel) */
 };
 
 /* fwd_loop_kernel's FORM bits (MODE_LOOP: Plan.variant is 8 + FORM where FORM is not 0). */
@@ -74,8 +75,9 @@ enum LoopForm {
   kLoopNoL2 = 1,        /* x read with L1 priorities only, no L2 policy (as Triton's loads) */
   kLoopParamsFirst = 2, /* the y pass reads a step's gamma/beta vectors before computing any y */
   kLoopPlainStore = 4,  /* y stored as plain copies the compiler may schedule (no asm store) */
-  kLoopFull = 8,        /* 1024 threads and rows of whole steps (the launcher checks): no tests,
-                           a step's vectors at constant offsets from one address */
+  kLoopFull = 8,        /* 1024 threads (or the count the bits below name) and rows of whole
+                           steps (the launcher checks): no tests, a step's vectors at constant
+                           offsets from one address */
   kLoopFreeParams = 16, /* gamma/beta read by asm the compiler may issue ahead of y's stores */
   kLoopFull512 = 32,    /* with kLoopFull: 512 threads instead of 1024 */
   kLoopFull256 = 64,    /* with kLoopFull: 256 threads */
@@ -90,6 +92,14 @@ constexpr int loop_full_threads(int form) {
          : form & kLoopFull256 ? 256
          : form & kLoopFull512 ? 512
                                : 1024;
+}
+/* Its inverse: the thread bits of the full form at `threads` (128, 160, 256, 512 or 1024). */
+constexpr int loop_full_thread_bits(int threads) {
+  return threads == 160   ? kLoopFull160
+         : threads == 128 ? kLoopFull128
+         : threads == 256 ? kLoopFull256
+         : threads == 512 ? kLoopFull512
+                          : 0;
 }
 
 /* True in developer builds configured with FNORM_TUNING (knobs read from FNORM_TUNE_* variables,
@@ -156,6 +166,13 @@ struct Plan {
   size_t ws_partial, ws_rowpart, ws_rowsum; /* byte offsets into the workspace */
   size_t ws_bytes;
 };
+
+/* Whether a MODE_LOOP plan runs fwd_loop_kernel's full form FORM on rows of `cols` elements in
+ * vectors of `vec`: the plan's threads are the form's and the row is whole steps of them. */
+inline bool loop_full_fits(const Plan &plan, int form, int64_t cols, int vec) {
+  return plan.threads == loop_full_threads(form) &&
+         cols % ((int64_t)plan.vpt * plan.threads * vec) == 0;
+}
 
 /* Vectors a thread holds in registers in the MODE_REG kernels: 32 elements for the forward,
  * 16 for the backward (which also keeps dgamma/dbeta accumulators); fewer on the one-element

@@ -465,11 +465,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     pl.vpt = 8;
     pl.threads = full_threads;
     pl.cluster = 1;
-    pl.variant = 8 + kLoopFull + kLoopFreeParams +
-                 (full_threads == 160   ? kLoopFull160
-                  : full_threads == 256 ? kLoopFull256
-                  : full_threads == 512 ? kLoopFull512
-                                        : 0);
+    pl.variant = 8 + kLoopFull + kLoopFreeParams + loop_full_thread_bits(full_threads);
     pl.grid = min64(p->rows, kMaxGrid);
     pl.smem = 0;
     return pl;
