@@ -76,6 +76,19 @@ bool full16(const fnorm_problem &p, const DeviceInfo &dev) {
           ((p.cols == 32768 || p.cols == 16384) && p.rows * p.cols >= ((int64_t)1 << 27)));
 }
 
+/* fp32 LayerNorm rows fwd_loop_ln_kernel takes (fp32 gamma, one step of 32 values a thread):
+ * 8192 at 256 threads from two rows an SM, 16384 at 512 and 32768 at 1024 from 2^25 elements
+ * (sweep 95, A/B run CW). */
+int64_t full_ln_min_rows(int64_t cols, const DeviceInfo &dev) {
+  const int64_t two_an_sm = 2 * (int64_t)dev.sm_count;
+  return cols == 8192 ? two_an_sm : ((int64_t)1 << 25) / cols;
+}
+bool full_ln(const fnorm_problem &p, const DeviceInfo &dev) {
+  return p.norm == FNORM_LAYERNORM && p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype &&
+         (p.cols == 8192 || p.cols == 16384 || p.cols == 32768) &&
+         p.rows >= full_ln_min_rows(p.cols, dev);
+}
+
 void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const DeviceInfo &dev) {
   const int64_t nvec = p.cols / vec;
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
@@ -102,7 +115,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool packed_rows =
       packed_vpl && vec * elem == 16 && p.param_dtype == p.dtype &&
       p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols, elem) &&
-      p.rows * packed_cluster <= 0x7fffffff && !(!kTuningBuild && full16(p, dev));
+      p.rows * packed_cluster <= 0x7fffffff &&
+      !(!kTuningBuild && (full16(p, dev) || full_ln(p, dev)));
   require(kTuningBuild ? !pl.packed || packed_rows : !!pl.packed == packed_rows,
           "forward: the packed rows form on the rows packed_rows_shape names with gamma in their "
           "dtype from packed_rows_min_elements, and there alone");
@@ -282,10 +296,22 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "forward bulk-copy kernel: persistent 512-thread CTAs");
     break;
   case MODE_LOOP:
-    require(wide && p.norm == FNORM_RMSNORM, "forward loop kernel: 16-byte RMSNorm rows");
+    require(wide && (p.norm == FNORM_RMSNORM) == !(pl.variant > 8 && ((pl.variant - 8) & kLoopLn)),
+            "forward loop kernel: 16-byte rows, LayerNorm ones in fwd_loop_ln_kernel's forms");
     require(pl.threads >= 32 && pl.threads <= 1024 && pl.threads % 32 == 0 && pl.cluster == 1 &&
                 (pl.vpt == 1 || pl.vpt == 2 || pl.vpt == 4 || pl.vpt == 8),
             "forward loop kernel: whole warps, one CTA a row, 1, 2, 4 or 8 vectors a step");
+    if (p.norm == FNORM_LAYERNORM) {
+      require(pl.vpt * vec == 32 && pl.threads == loop_full_threads(pl.variant - 8) &&
+                  p.cols % (32 * (int64_t)pl.threads) == 0 && pl.grid >= 1 && pl.grid <= p.rows,
+              "forward LayerNorm loop kernel: 32 values a thread a step, rows of whole steps of "
+              "the form's threads, a CTA a row");
+      require(kTuningBuild ||
+                  (full_ln(p, dev) && pl.variant == 8 + kLoopFull + kLoopFreeParams + kLoopLn +
+                                                        loop_full_thread_bits((int)(p.cols / 32))),
+              "forward LayerNorm loop kernel: fp32 rows of 8192-32768 in one step (sweep 95)");
+      break;
+    }
     require(kTuningBuild ||
                 (p.dtype == FNORM_DTYPE_F32 && p.param_dtype == p.dtype && p.cols >= 2048 &&
                  p.cols <= 4096 && p.rows * p.cols >= ((int64_t)1 << 25) && pl.vpt == 4 &&
@@ -753,17 +779,21 @@ void check_choices() {
              "fp32: the loop kernel's full form");
       p.norm = LN;
       const Plan pln = plan_forward(&p, 4, h200.info);
-      if (fcols[i] == 8192) { /* the packed rows form over 8 warps (launchprobe) */
-        expect(h200, F32, LN, p.rows, fcols[i], false, pln.packed == 1 && pln.threads == 256,
-               "fp32 LayerNorm 8192: the packed rows form");
-        continue;
-      }
       expect(h200, F32, LN, p.rows, fcols[i], false,
-             !!pln.variant == (fcols[i] <= 16384) &&
-                 (!pln.variant ||
-                  (pln.mode == MODE_CTA && pln.vpt == 4 && (int64_t)pln.threads * 16 == fcols[i])),
-             fcols[i] <= 16384 ? "fp32 LayerNorm: the lean form, FULL at 16 a thread"
-                               : "fp32 LayerNorm: not the lean form");
+             full_ln(p, h200.info) && pln.tier == TIER_ROW && pln.mode == MODE_LOOP &&
+                 pln.vpt == 8 && (int64_t)pln.threads * 32 == fcols[i] &&
+                 ((pln.variant - 8) & kLoopLn) != 0,
+             "fp32 LayerNorm: fwd_loop_ln_kernel, the row in one step of 32 values a thread");
+      /* below its bound, the kernels before it */
+      p.rows = full_ln_min_rows(fcols[i], h200.info) - 1;
+      expect(h200, F32, LN, p.rows, fcols[i], false,
+             !full_ln(p, h200.info) && plan_forward(&p, 4, h200.info).mode != MODE_LOOP,
+             "fp32 LayerNorm below the loop kernel's bound: not the loop kernel");
+      p.rows = grid_rows(fcols[i]);
+      p.param_dtype = FNORM_DTYPE_BF16;
+      expect(h200, F32, LN, p.rows, fcols[i], false,
+             plan_forward(&p, 4, h200.info).mode != MODE_LOOP,
+             "fp32 LayerNorm with 16-bit gamma: not the loop kernel");
     }
     p = problem(F32, LN, grid_rows(12288 + 128), 12288 + 128);
     expect(h200, F32, LN, p.rows, p.cols, false, !plan_forward(&p, 4, h200.info).variant,

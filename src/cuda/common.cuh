@@ -866,26 +866,23 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
   return st;
 }
 
-/* LayerNorm statistics of the values one CTA holds, with one barrier. Each thread centres its
- * own values on their mean (two passes over its registers), each warp combines its lanes
- * relative to lane 0's mean, and the warps' (reference, mean offset, sum of squares, count)
- * are combined in warp order: Chan's pairwise-stable update, so no sum of squares is ever taken
- * about a mean far from the data, and differences of nearby means stay exact. x_at(k, e) is
- * value e of the thread's vector k (VPT vectors of VEC), zero where mine[k] is false, as the
- * first pass reads it; x_again(k, e) the same value for the second pass; n holds the counts
- * (ln_counts). Returns the CTA's ChunkStats; every thread gets the same bits. Every thread of
- * the CTA calls it; `round` alternates the slot of `warp`. */
-template <int VPT, int VEC, int HOW = WARPS_LANES, typename X, typename X2>
-__device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const X2 &x_again,
-                                                   const bool (&mine)[VPT], const LnCounts &n,
-                                                   float (&warp)[2][32][4], int &round) {
+/* The moments of the values one thread holds, in two passes over its registers: their mean
+ * mt + rel (mt their plain mean, rel the mean of their deviations from it, so that mt + rel keeps
+ * bits a large offset would round away) and m2t, their sum of squared deviations from it.
+ * x_at(k, e) is value e of vector k (VPT vectors of VEC), zero where mine[k] is false, as the
+ * first pass reads it; x_again(k, e) the same value for the second pass; inv_nt the reciprocal of
+ * the count of the thread's values. */
+template <int VPT, int VEC, typename X, typename X2>
+__device__ __forceinline__ void thread_moments(const X &x_at, const X2 &x_again,
+                                               const bool (&mine)[VPT], float inv_nt, float &mt,
+                                               float &rel, float &m2t) {
   float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       p[e & 3] += x_at(k, e);
-  const float mt = ((p[0] + p[1]) + (p[2] + p[3])) * n.inv_nt;
+  mt = ((p[0] + p[1]) + (p[2] + p[3])) * inv_nt;
   float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
@@ -896,8 +893,24 @@ __device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const X2 &x_ag
       q2[e & 3] = fmaf(d, d, q2[e & 3]);
     }
   const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
-  const float rel = s1 * n.inv_nt; /* the thread's mean is mt + rel */
-  const float m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
+  rel = s1 * inv_nt;
+  m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
+}
+
+/* LayerNorm statistics of the values one CTA holds, with one barrier. Each thread centres its
+ * own values on their mean (thread_moments), each warp combines its lanes
+ * relative to lane 0's mean, and the warps' (reference, mean offset, sum of squares, count)
+ * are combined in warp order: Chan's pairwise-stable update, so no sum of squares is ever taken
+ * about a mean far from the data, and differences of nearby means stay exact. x_at, x_again and
+ * mine as thread_moments reads them; n holds the counts
+ * (ln_counts). Returns the CTA's ChunkStats; every thread gets the same bits. Every thread of
+ * the CTA calls it; `round` alternates the slot of `warp`. */
+template <int VPT, int VEC, int HOW = WARPS_LANES, typename X, typename X2>
+__device__ __forceinline__ ChunkStats cta_ln_stats(const X &x_at, const X2 &x_again,
+                                                   const bool (&mine)[VPT], const LnCounts &n,
+                                                   float (&warp)[2][32][4], int &round) {
+  float mt, rel, m2t;
+  thread_moments<VPT, VEC>(x_at, x_again, mine, n.inv_nt, mt, rel, m2t);
   return cta_ln_combine<HOW>(mt, rel, m2t, n, warp, round);
 }
 

@@ -1625,6 +1625,122 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   }
 }
 
+/* LayerNorm rows in fwd_loop_kernel's full form (FORM with kLoopFull and kLoopLn; its thread bits
+ * and kLoopNoL2 as there): a CTA a row, steps of 32 values a thread in 16-byte vectors at constant
+ * offsets, x read twice, evict-last for the statistics and evict-first (mostly from L1) for y, as
+ * torch.compile's LayerNorm kernels read it (ncu18: Welford partials, a CTA a row). The
+ * statistics keep the accuracy contract: each thread centres a step's values on their own mean
+ * in registers (thread_moments), merges its steps by Chan's update relative to its first step's
+ * mean, and the threads are combined by cta_ln_combine behind one barrier, so no sum of squares
+ * is taken about a mean far from the data. gamma/beta are read by movable asm
+ * (load_param_free). Rows must be whole steps of the CTA (loop_full_fits, the plan's vpt 32 / VEC).
+ */
+template <typename T, typename P, int VEC, int FORM>
+__global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
+  static_assert((FORM & kLoopFull) && (FORM & kLoopLn), "the LayerNorm full form");
+  /* 32 values a thread a step (8 fp32 vectors, 4 of 16-bit ones: eight 16-bit vectors spill
+   * under the 64 registers of 1024 threads) */
+  constexpr int kStep = 32 / VEC, kThreads = loop_full_threads(FORM);
+  constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
+  constexpr float kStepValues = (float)(kStep * VEC);
+  __shared__ __align__(16) float warp[2][32][4];
+  const int64_t nvec = a.cols / VEC;
+  const float inv_n = 1.f / (float)a.cols;
+  const uint64_t keep = l2_policy_keep(), drop = l2_policy_drop();
+  const P *gamma = (const P *)a.gamma;
+  const P *beta = (const P *)a.beta;
+  LnCounts counts; /* every thread holds cols / kThreads values of a row */
+  counts.nt = (float)(a.cols / kThreads);
+  counts.inv_nt = count_rcp(counts.nt);
+  counts.nw = 32.f * counts.nt;
+  counts.inv_nw = count_rcp(counts.nw);
+  counts.ncta = (float)a.cols;
+  counts.inv_ncta = count_rcp(counts.ncta);
+  bool mine[kStep];
+#pragma unroll
+  for (int u = 0; u < kStep; ++u)
+    mine[u] = true;
+  int round = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T *xr = (const T *)a.x + row * a.x_stride;
+    T *yr = (T *)a.y + row * a.y_stride;
+    /* the thread's values have mean base + rel and squared deviations m2 over `steps` steps */
+    float base = 0.f, rel = 0.f, m2 = 0.f, steps = 0.f;
+    for (int64_t j = threadIdx.x; j < nvec; j += kStep * kThreads) {
+      const T *xs = xr + j * VEC;
+      Pack<T, VEC> raw[kStep];
+#pragma unroll
+      for (int u = 0; u < kStep; ++u)
+        raw[u] = loop_load<T, VEC, 1, no_l2>(xs + u * kThreads * VEC, keep);
+      /* (the second pass converts the values again rather than hold them as floats) */
+      const auto x_at = [&](int k, int e) { return pack_f32<T, VEC>(raw[k], e); };
+      const auto x_again = [&](int k, int e) { return reconvert<T, VEC>(raw[k], e); };
+      float ms, rs, m2s;
+      thread_moments<kStep, VEC>(x_at, x_again, mine, 1.f / kStepValues, ms, rs, m2s);
+      if (steps == 0.f) {
+        base = ms;
+        rel = rs;
+        m2 = m2s;
+      } else { /* Chan: steps * kStepValues values so far, kStepValues more */
+        const float d = ((ms - base) + rs) - rel, w = 1.f / (steps + 1.f);
+        rel = fmaf(d, w, rel);
+        m2 += fmaf(d * d * kStepValues * steps, w, m2s);
+      }
+      steps += 1.f;
+    }
+    const ChunkStats cs = cta_ln_combine(base, rel, m2, counts, warp, round);
+    const RowStats st = ln_rank_combine(cs, nullptr, 1, inv_n, a.eps);
+    if (threadIdx.x == 0)
+      store_row_stats(a, row, st.mean, st.rstd);
+    for (int64_t j = threadIdx.x; j < nvec; j += kStep * kThreads) {
+      const T *xs = xr + j * VEC;
+      T *ys = yr + j * VEC;
+      Pack<T, VEC> raw[kStep];
+#pragma unroll
+      for (int u = 0; u < kStep; ++u)
+        raw[u] = loop_load<T, VEC, 2, no_l2>(xs + u * kThreads * VEC, drop);
+#pragma unroll
+      for (int u = 0; u < kStep; ++u) {
+        const int64_t col = (j + u * kThreads) * VEC;
+        float g[VEC], b[VEC], out[VEC];
+        load_param_free<P, VEC>(gamma, col, 1.f, g);
+        load_param_free<P, VEC>(beta, col, 0.f, b);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          out[e] = fmaf(((pack_f32<T, VEC>(raw[u], e) - cs.ref) - st.off) * st.rstd, g[e], b[e]);
+        store_vec<T, VEC, true>(ys + u * kThreads * VEC, out);
+      }
+    }
+  }
+}
+
+/* fwd_loop_ln_kernel by FORM: 536 at 1024 threads, 568 at 512, 600 at 256 (release builds: fp32
+ * rows with fp32 parameters, plan_forward's loop_full_form_threads), and in tuning builds also
+ * 664 at 128 and 792 at 160; NULL for any other. */
+template <typename T, typename P, int VEC> static void (*fwd_loop_ln_pick(int form))(FwdParams) {
+  constexpr int ln = kLoopFull + kLoopFreeParams + kLoopLn;
+  if constexpr (kTuningBuild || (std::is_same<T, float>::value && std::is_same<P, float>::value)) {
+    switch (form) {
+    case ln:
+      return fwd_loop_ln_kernel<T, P, VEC, ln>;
+    case ln + kLoopFull512:
+      return fwd_loop_ln_kernel<T, P, VEC, ln + kLoopFull512>;
+    case ln + kLoopFull256:
+      return fwd_loop_ln_kernel<T, P, VEC, ln + kLoopFull256>;
+    }
+  }
+  if constexpr (kTuningBuild) {
+    switch (form) {
+    case ln + kLoopFull128:
+      return fwd_loop_ln_kernel<T, P, VEC, ln + kLoopFull128>;
+    case ln + kLoopFull160:
+      return fwd_loop_ln_kernel<T, P, VEC, ln + kLoopFull160>;
+    }
+  }
+  (void)form;
+  return nullptr;
+}
+
 /* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88, and 152 (the full
  * form at 128 threads) or 280 (160) at eight vectors) at STEP vectors a step; NULL for any other.
  */
@@ -2180,7 +2296,7 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     }
     return FNORM_ERR_UNSUPPORTED;
   }
-  if (plan.tier == TIER_ROW && plan.mode == MODE_LOOP) { /* fwd_loop_kernel (RMSNorm) */
+  if (plan.tier == TIER_ROW && plan.mode == MODE_LOOP) { /* fwd_loop_kernel, fwd_loop_ln_kernel */
     if constexpr (VEC * sizeof(T) == 16) {
       void (*k)(FwdParams) = nullptr;
       if constexpr (kTuningBuild) { /* every form; variant 1 the PIPE one, 8 + FORM the rest */
@@ -2190,7 +2306,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
          * run the form without kLoopFull's bits (16 or the plain loop) */
         if (form & kLoopFull && !loop_full_fits(plan, form, a.cols, VEC))
           form &= kLoopFreeParams;
-        if (!a.layernorm && form && plan.vpt == 1)
+        if (a.layernorm && (form & kLoopLn) && plan.vpt * VEC == 32)
+          k = fwd_loop_ln_pick<T, P, VEC>(form);
+        else if (a.layernorm || (form & kLoopLn))
+          k = nullptr;
+        else if (!a.layernorm && form && plan.vpt == 1)
           k = fwd_loop_form_pick<T, P, VEC, 1>(form);
         else if (!a.layernorm && form && plan.vpt == 2)
           k = fwd_loop_form_pick<T, P, VEC, 2>(form);
@@ -2214,8 +2334,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
             k = fwd_loop_kernel<T, P, VEC, 4>;
         }
         if (!k && !a.layernorm && plan.vpt == 8 && plan.variant > 8 &&
-            loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
+            !((plan.variant - 8) & kLoopLn) && loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
           k = fwd_loop_full_pick<T, P, VEC>(plan.variant - 8);
+        if (!k && a.layernorm && plan.vpt * VEC == 32 && plan.variant > 8 &&
+            ((plan.variant - 8) & kLoopLn) && loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
+          k = fwd_loop_ln_pick<T, P, VEC>(plan.variant - 8);
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);

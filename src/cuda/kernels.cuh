@@ -82,7 +82,9 @@ enum LoopForm {
   kLoopFull512 = 32,    /* with kLoopFull: 512 threads instead of 1024 */
   kLoopFull256 = 64,    /* with kLoopFull: 256 threads */
   kLoopFull128 = 128,   /* with kLoopFull: 128 threads (tuning builds, eight vectors a step) */
-  kLoopFull160 = 256    /* with kLoopFull: 160 threads (eight vectors a step: fp32 5120) */
+  kLoopFull160 = 256,   /* with kLoopFull: 160 threads (eight vectors a step: fp32 5120) */
+  kLoopLn = 512         /* with kLoopFull: LayerNorm, each thread's step centred on its own mean
+                           in registers and combined by Chan's update (thread_moments) */
 };
 
 /* The threads a CTA of fwd_loop_kernel's full form (FORM with kLoopFull) runs. */

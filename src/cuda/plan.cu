@@ -192,7 +192,10 @@ struct Tuning {
                                2, 4 or 8 vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
                                stores, 8 full, 16 free parameter loads, 32, 64, 128 and
                                256 the full form at 512, 256, 128 and 160 threads; forms 1,
-                               2, 4, 8, 16, 24, 25, 28, 56, 88, 152 and 280 built); 0 the
+                               2, 4, 8, 16, 24, 25, 28, 56, 88, 152 and 280 built); with 512
+                               (kLoopLn) LayerNorm rows of whole steps on fwd_loop_ln_kernel
+                               (forms 536, 568, 600, 664 and 792 with FNORM_TUNE_FWD_LOOP=8
+                               and the threads the form names; steps of 32 values); 0 the
                                planned form */
   int fwd_loop_smem;        /* ... tuning builds: dynamic shared memory (bytes, unused) a CTA asks
                                for, to hold CTAs an SM down so that their rows stay in L1 */
@@ -265,7 +268,7 @@ Tuning tuning() {
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
   t.fwd_loop_form = tune_knob("FNORM_TUNE_FWD_LOOP_FORM", t.fwd_loop_form);
-  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 511)
+  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 1023)
     t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
@@ -429,11 +432,25 @@ namespace fnorm_cuda {
  *   release) bf16 90.1% -> 92.7%, fp16 89.0-89.3% -> 92.9-93.1% at 2^27, +0.9/+1.2 at 2^26,
  *   -2.6/-3.2 at 2^25, level below; 16-bit 16384 at 256 threads, from 2^27: bf16 96.2% ->
  *   97.2-97.4%, fp16 96.0-96.2% -> 96.5% at 2^27, level at 2^23-2^26 (sweep 94: -2.5 at
- *   2^25). */
+ *   2^25).
+ * LayerNorm (fwd_loop_ln_kernel, the same shape with Chan-combined statistics), fp32 rows in one
+ * step of 32 values a thread: sweep 95 (H200, tuning build, 2^27 elements) 8192 at 256 threads
+ * 96.2% -> 97.2%, 16384 at 512 95.8% -> 97.5%, 32768 at 1024 86.5% -> 89.6%; 16-bit rows (steps of
+ * four vectors; eight spill) lost 3-27 points, and so did longer fp32 rows (65536 in two steps
+ * 85.2% -> 81.4%) and 4096 at 128 threads and 5120 at 160 (-1.3 to -5.7). A/B run CW (release):
+ * 8192 +1.0 to +2.0 points at 2^23-2^27 save +0.2 at 2^25; 16384 +1.1 to +1.8 and 32768 +2.3 to
+ * +3.6 at 2^25-2^27, but both -1.9 to -2.7 at 2^23-2^24: from 2^25 elements. */
 static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
-  if (p->norm != FNORM_RMSNORM || p->param_dtype != p->dtype ||
-      vec * (int64_t)dtype_bytes(p->dtype) != 16 || p->rows < 2 * (int64_t)dev.sm_count)
+  if (p->param_dtype != p->dtype || vec * (int64_t)dtype_bytes(p->dtype) != 16 ||
+      p->rows < 2 * (int64_t)dev.sm_count)
     return 0;
+  if (p->norm == FNORM_LAYERNORM) /* fwd_loop_ln_kernel: fp32 rows of one step */
+    return p->dtype != FNORM_DTYPE_F32              ? 0
+           : p->cols == 8192                        ? 256
+           : p->cols != 16384 && p->cols != 32768   ? 0
+           : p->rows * p->cols < ((int64_t)1 << 25) ? 0
+           : p->cols == 16384                       ? 512
+                                                    : 1024;
   if (p->dtype != FNORM_DTYPE_F32)
     return p->cols == 65536 && p->rows * p->cols >= ((int64_t)1 << 26)   ? 1024
            : p->cols == 32768 && p->rows * p->cols >= ((int64_t)1 << 27) ? 512
@@ -462,10 +479,11 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (full_threads) {
     pl.tier = TIER_ROW;
     pl.mode = MODE_LOOP;
-    pl.vpt = 8;
+    pl.vpt = p->norm == FNORM_LAYERNORM ? 32 / vec : 8;
     pl.threads = full_threads;
     pl.cluster = 1;
-    pl.variant = 8 + kLoopFull + kLoopFreeParams + loop_full_thread_bits(full_threads);
+    pl.variant = 8 + kLoopFull + kLoopFreeParams + loop_full_thread_bits(full_threads) +
+                 (p->norm == FNORM_LAYERNORM ? kLoopLn : 0);
     pl.grid = min64(p->rows, kMaxGrid);
     pl.smem = 0;
     return pl;
@@ -605,14 +623,20 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
                          p->dtype == FNORM_DTYPE_F32 && p->param_dtype == p->dtype &&
                          vbytes == 16 && p->cols >= 2048 && p->cols <= 4096 &&
                          p->rows * p->cols >= ((int64_t)1 << 25);
+  /* (tuning builds: LayerNorm rows only in fwd_loop_ln_kernel's forms, and only rows of whole
+   * steps of its threads) */
+  const bool loop_ln_form = (tn.fwd_loop_form & kLoopLn) != 0;
   const bool loop_tuned =
       kTuningBuild &&
       (tn.fwd_loop == 1 || tn.fwd_loop == 2 || tn.fwd_loop == 4 || tn.fwd_loop == 8) &&
-      p->norm == FNORM_RMSNORM && vbytes == 16 && tn.fwd_loop_threads >= 64 &&
-      tn.fwd_loop_threads <= 1024;
+      (p->norm == FNORM_LAYERNORM) == loop_ln_form &&
+      (!loop_ln_form ||
+       (tn.fwd_loop == 8 && tn.fwd_loop_threads == loop_full_threads(tn.fwd_loop_form) &&
+        p->cols % (32 * tn.fwd_loop_threads) == 0)) &&
+      vbytes == 16 && tn.fwd_loop_threads >= 64 && tn.fwd_loop_threads <= 1024;
   if (loop_rule || loop_tuned) {
     pl.mode = MODE_LOOP;
-    pl.vpt = loop_rule ? 4 : tn.fwd_loop;
+    pl.vpt = loop_rule ? 4 : loop_ln_form ? 32 / vec : tn.fwd_loop; /* (LayerNorm: 32 values) */
     pl.threads = (int)min64(loop_rule ? 1024 : round_up(tn.fwd_loop_threads, 32),
                             round_up(ceil_div(nvec, pl.vpt), 32));
     pl.cluster = 1;
