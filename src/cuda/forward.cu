@@ -10,19 +10,20 @@
  *                     16-bit rows of 256 and 384 elements, over each half of it.
  *                     fwd_rows_packed_kernel: 16-bit LayerNorm rows of 4096-32768 and RMSNorm
  *                     rows of 16384 and 32768 (below 2^27 elements) and 65536 (below 2^26),
- *                     fp32 LayerNorm rows of 5120 and 8192
- *                     (packed_rows_shape), a row a CTA of 1-8 warps in registers, 16-bit rows
- *                     held as their words and converted again on each pass.
- *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
- *                     there are at least two rows an SM: a CTA per row, not persistent.
- *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8191, those of
+ *                     fp32 LayerNorm rows of 5120 (and 8192, which fwd_loop_ln_kernel
+ *                     takes first since A/B run CW; FNORM_TUNE_FWD_LOOP=0 in tuning builds
+ *                     gives them back) (packed_rows_shape), a row a CTA of 1-8 warps in registers,
+ * 16-bit rows held as their words and converted again on each pass. fwd_cta_kernel     16-byte rows
+ * one CTA of up to 1024 threads holds (32768 elements), when there are at least two rows an SM: a
+ * CTA per row, not persistent. fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8191, those of
  *                     2048-4096 below 2^25 elements) holds the row only until its statistics
  *                     are known and reads it again, from L2, for y. fwd_loop_kernel (fp32
  *                     RMSNorm rows of 2048-4096 from 2^25 elements, and in its full form fp32
  *                     RMSNorm rows of 5120, 8192, 16384 (from 2^25), 32768 and 65536 and
  *                     16-bit ones of 16384-65536 (loop_full_form_threads)) reads it as
  *                     torch.compile's kernels do: evict-last in L1 and L2 for the statistics,
- *                     evict-first for y.
+ *                     evict-first for y; fwd_loop_ln_kernel the same for fp32 LayerNorm rows
+ *                     of 8192, 16384 and 32768 (the last two from 2^25 elements).
  *                     fwd_lean_kernel (RMSNorm rows of 2049-32768 as sweep 52 measured them,
  *                     those of 16384 and 32768 from 2^25 elements on the packed form,
  *                     16-bit LayerNorm rows of up to 4096 and of 8193-32768, fp32 LayerNorm
@@ -1482,7 +1483,7 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
  * size where it stopped losing (plan.cu, loop_full_form_threads). A LayerNorm form of the full form
  * at one step (the row read once, its values held in registers for the mean, the centred sum of
  * squares and y) lost 2-5 points to the planned kernels on fp32 LayerNorm 8192-32768 (sweep 93) and
- * was removed. */
+ * was removed; fwd_loop_ln_kernel (below) reads x twice instead, as this kernel does. */
 template <typename T, typename P, int VEC, int STEP, bool PIPE = false, int FORM = 0>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
   constexpr bool no_l2 = (FORM & kLoopNoL2) != 0;
@@ -1634,7 +1635,12 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
  * mean, and the threads are combined by cta_ln_combine behind one barrier, so no sum of squares
  * is taken about a mean far from the data. gamma/beta are read by movable asm
  * (load_param_free). Rows must be whole steps of the CTA (loop_full_fits, the plan's vpt 32 / VEC).
- */
+ * Planned for fp32 LayerNorm 8192-32768 in one step (plan.cu, loop_full_form_threads): sweep 95 and
+ * A/B run CW (H200) 8192 96.3% -> 97.8%, 16384 96.1% -> 98.0%, 32768 86.1% -> 89.7% of the copy at
+ * 2^27 elements. 16-bit rows lost 3-27 points (four vectors a step; eight spill under 64
+ * registers, and with 80-128 registers, sweep 97, they still lost save on two fp16 cells), and so
+ * did longer fp32 rows in several steps, steps of 16 values (sweep 96: level at best) and a
+ * cluster a row (sweep 98: 6-25 points); their code is in bench/tune/. */
 template <typename T, typename P, int VEC, int FORM>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
   static_assert((FORM & kLoopFull) && (FORM & kLoopLn), "the LayerNorm full form");

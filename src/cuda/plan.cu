@@ -474,7 +474,10 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
    * LayerNorm 5120 and 8192) with gamma in their dtype, from 2^25 elements on (the rows form's
    * bound: more than L2 holds; 16-bit LayerNorm 8192 from 2^27, packed_rows_min_elements): a row a
    * CTA of 1-8 warps in registers, 16-bit rows as their words (fwd_rows_packed_kernel). A/B run of
-   * session 29 (H200, release builds, 2^27 elements; see the kernel). */
+   * session 29 (H200, release builds, 2^27 elements; see the kernel). The full forms of the loop
+   * kernels come first (loop_full_form_threads): 16-bit RMSNorm 16384 and 32768 from 2^27
+   * elements, fp32 LayerNorm 8192 from two rows an SM (so always, where the packed form would take
+   * it). */
   const int full_threads = tn.fwd_loop == -1 ? loop_full_form_threads(p, vec, dev) : 0;
   if (full_threads) {
     pl.tier = TIER_ROW;
