@@ -443,22 +443,24 @@ static void cuda_sizes(void) {
    * fp32 32768 (one step of eight vectors a thread of 1024), 65536 (two steps), 8192 (one step
    * at 256 threads), 5120 (at 160), 16384 (at 512, 2048 rows: the plan takes it from 2^25
    * elements), bf16 and fp16 65536 (at 1024, 1024 rows: from 2^26), 32768 (at 512, 4096 rows:
-   * from 2^27) and 16384 (at 256, 8192 rows); and its LayerNorm kernel (fwd_loop_ln_kernel) on
+   * from 2^27), 16384 (at 256, 8192 rows) and 8192 (at 256 in one step of four vectors, 8192
+   * rows: from 2^26); and its LayerNorm kernel (fwd_loop_ln_kernel) on
    * fp32 LayerNorm 8192, 16384 and 32768 (256, 512 and 1024 threads, the row in one step; 321,
    * 2048 and 1024 rows: the plan takes the last two from 2^25 elements). Each
    * also with aligned strides and no gamma or statistics (forward_cases), on a 1e4 offset, with
    * NaN/Inf in some rows, and in place. Under --quick fp32 32768 alone. */
   {
     static const case_shape full_form[] = {
-        {0, 1, 32768}, {0, 1, 65536}, {0, 1, 8192},  {0, 1, 5120},  {0, 1, 16384},
-        {3, 1, 32768}, {1, 1, 32768}, {3, 1, 65536}, {1, 1, 65536}, {3, 1, 16384},
-        {1, 1, 16384}, {0, 0, 8192},  {0, 0, 16384}, {0, 0, 32768}};
+        {0, 1, 32768}, {0, 1, 65536}, {0, 1, 8192},  {0, 1, 5120},  {0, 1, 16384}, {3, 1, 32768},
+        {1, 1, 32768}, {3, 1, 65536}, {1, 1, 65536}, {3, 1, 16384}, {1, 1, 16384}, {0, 0, 8192},
+        {0, 0, 16384}, {0, 0, 32768}, {3, 1, 8192},  {1, 1, 8192}};
     for (s = 0; s < (int)(sizeof full_form / sizeof full_form[0]); s++) {
       /* (rows from which the plan takes each: 2^25 elements for fp32 16384, 2^26 for 16-bit
-       * 65536, 2^27 for 16-bit 16384 and 32768) */
+       * 65536 and 8192, 2^27 for 16-bit 16384 and 32768) */
       const int64_t cols = full_form[s].cols;
       const int is16 = full_form[s].combo != 0;
-      const int64_t rows = is16 ? ((int64_t)1 << (cols <= 32768 ? 27 : 26)) / cols
+      const int64_t rows = is16 && cols == 8192 ? ((int64_t)1 << 26) / cols
+                           : is16               ? ((int64_t)1 << (cols <= 32768 ? 27 : 26)) / cols
                            : cols == 16384 || (cols == 32768 && full_form[s].norm == 0)
                                ? ((int64_t)1 << 25) / cols
                                : 321;

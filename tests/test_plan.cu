@@ -68,12 +68,13 @@ int64_t cdiv(int64_t a, int64_t b) {
 
 /* 16-bit RMSNorm rows the loop kernel's full form takes (gamma in their dtype, two rows an SM):
  * 65536 at 1024 threads from 2^26 elements, 32768 at 512 and 16384 at 256 from 2^27 (A/B runs
- * CS and CU). */
+ * CS and CU), 8192 at 256 threads in steps of four vectors from 2^26 (sweep 99, A/B run CY). */
 bool full16(const fnorm_problem &p, const DeviceInfo &dev) {
   return p.norm == FNORM_RMSNORM && p.dtype != FNORM_DTYPE_F32 && p.param_dtype == p.dtype &&
          p.rows >= 2 * (int64_t)dev.sm_count &&
          ((p.cols == 65536 && p.rows * p.cols >= ((int64_t)1 << 26)) ||
-          ((p.cols == 32768 || p.cols == 16384) && p.rows * p.cols >= ((int64_t)1 << 27)));
+          ((p.cols == 32768 || p.cols == 16384) && p.rows * p.cols >= ((int64_t)1 << 27)) ||
+          (p.cols == 8192 && p.rows * p.cols >= ((int64_t)1 << 26)));
 }
 
 /* fp32 LayerNorm rows fwd_loop_ln_kernel takes (fp32 gamma, one step of 32 values a thread):
@@ -317,9 +318,10 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                  p.cols <= 4096 && p.rows * p.cols >= ((int64_t)1 << 25) && pl.vpt == 4 &&
                  pl.threads * (int64_t)pl.vpt >= nvec && pl.variant == 0) ||
                 (pl.variant > 8 && ((pl.variant - 8) & kLoopFull) != 0 &&
-                 p.param_dtype == p.dtype && p.rows >= 2 * (int64_t)dev.sm_count && pl.vpt == 8 &&
+                 p.param_dtype == p.dtype && p.rows >= 2 * (int64_t)dev.sm_count &&
+                 pl.vpt == (p.dtype != FNORM_DTYPE_F32 && p.cols == 8192 ? 4 : 8) &&
                  pl.threads == loop_full_threads(pl.variant - 8) &&
-                 nvec % (8 * (int64_t)pl.threads) == 0 &&
+                 nvec % (pl.vpt * (int64_t)pl.threads) == 0 &&
                  (pl.variant - 8 - kLoopFull - kLoopFreeParams == 0 ||
                   pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull512 ||
                   pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull256 ||
@@ -736,11 +738,12 @@ void check_choices() {
                  full = full16(p, h200.info); /* (A/B runs CS and CU) */
       if (full) {
         expect(h200, BF16, norm, rows, ccols[i], false,
-               pl.mode == MODE_LOOP && pl.vpt == 8 &&
+               pl.mode == MODE_LOOP && pl.vpt == (ccols[i] == 8192 ? 4 : 8) &&
                    pl.threads == (ccols[i] == 65536   ? 1024
                                   : ccols[i] == 32768 ? 512
                                                       : 256),
-               "the loop kernel's full form at 256, 512 or 1024 threads");
+               "the loop kernel's full form at 256, 512 or 1024 threads (8192: four vectors a "
+               "step)");
       } else if (packed) {
         expect(h200, BF16, norm, rows, ccols[i], false, pl.tier == TIER_WARP && pl.packed,
                "the packed rows form");

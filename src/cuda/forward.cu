@@ -2342,6 +2342,12 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         if (!k && !a.layernorm && plan.vpt == 8 && plan.variant > 8 &&
             !((plan.variant - 8) & kLoopLn) && loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
           k = fwd_loop_full_pick<T, P, VEC>(plan.variant - 8);
+        if constexpr (sizeof(T) == 2) { /* 16-bit RMSNorm 8192: 256 threads, four vectors */
+          constexpr int form = kLoopFull + kLoopFreeParams + kLoopFull256;
+          if (!k && !a.layernorm && plan.vpt == 4 && plan.variant == 8 + form &&
+              loop_full_fits(plan, form, a.cols, VEC))
+            k = fwd_loop_kernel<T, P, VEC, 4, false, form>;
+        }
         if (!k && a.layernorm && plan.vpt * VEC == 32 && plan.variant > 8 &&
             ((plan.variant - 8) & kLoopLn) && loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
           k = fwd_loop_ln_pick<T, P, VEC>(plan.variant - 8);

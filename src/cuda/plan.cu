@@ -439,7 +439,21 @@ namespace fnorm_cuda {
  * four vectors; eight spill) lost 3-27 points, and so did longer fp32 rows (65536 in two steps
  * 85.2% -> 81.4%) and 4096 at 128 threads and 5120 at 160 (-1.3 to -5.7). A/B run CW (release):
  * 8192 +1.0 to +2.0 points at 2^23-2^27 save +0.2 at 2^25; 16384 +1.1 to +1.8 and 32768 +2.3 to
- * +3.6 at 2^25-2^27, but both -1.9 to -2.7 at 2^23-2^24: from 2^25 elements. */
+ * +3.6 at 2^25-2^27, but both -1.9 to -2.7 at 2^23-2^24: from 2^25 elements.
+ * - 16-bit RMSNorm 8192 at 256 threads in one step of four vectors a thread (loop_full_form_vpt),
+ *   from 2^26 elements: sweep 99 (tuning build; eight vectors at 128 threads were level, sweep
+ *   94, and two or one at 512 or 1024 threads lost 28-55 points), then A/B run CY (release): bf16
+ *   96.7% -> 99.0-99.1% at 2^27, +2.8 at 2^26, +1.3 at 2^25, -1.6 at 2^24; fp16 96.7% -> 98.4% at
+ *   2^27, +0.8 at 2^26, -1.2 at 2^25, -6.9 at 2^24. torch.compile 1.00x (was 0.97x). */
+/* The vectors a thread takes a step in the full form loop_full_form_threads plans: 32 values for
+ * LayerNorm (fwd_loop_ln_kernel), four 16-byte vectors for 16-bit RMSNorm 8192 (256 threads, the
+ * row in one step: sweep 99, A/B run CY), else eight. */
+static int loop_full_form_vpt(const fnorm_problem *p, int vec) {
+  return p->norm == FNORM_LAYERNORM                       ? 32 / vec
+         : p->dtype != FNORM_DTYPE_F32 && p->cols == 8192 ? 4
+                                                          : 8;
+}
+
 static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (p->param_dtype != p->dtype || vec * (int64_t)dtype_bytes(p->dtype) != 16 ||
       p->rows < 2 * (int64_t)dev.sm_count)
@@ -455,6 +469,7 @@ static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceI
     return p->cols == 65536 && p->rows * p->cols >= ((int64_t)1 << 26)   ? 1024
            : p->cols == 32768 && p->rows * p->cols >= ((int64_t)1 << 27) ? 512
            : p->cols == 16384 && p->rows * p->cols >= ((int64_t)1 << 27) ? 256
+           : p->cols == 8192 && p->rows * p->cols >= ((int64_t)1 << 26)  ? 256
                                                                          : 0;
   if (p->cols == 16384)
     return p->rows * p->cols >= ((int64_t)1 << 25) ? 512 : 0;
@@ -482,7 +497,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (full_threads) {
     pl.tier = TIER_ROW;
     pl.mode = MODE_LOOP;
-    pl.vpt = p->norm == FNORM_LAYERNORM ? 32 / vec : 8;
+    pl.vpt = loop_full_form_vpt(p, vec);
     pl.threads = full_threads;
     pl.cluster = 1;
     pl.variant = 8 + kLoopFull + kLoopFreeParams + loop_full_thread_bits(full_threads) +
