@@ -20,7 +20,7 @@
  *                     are known and reads it again, from L2, for y. fwd_loop_kernel (fp32
  *                     RMSNorm rows of 2048-4096 from 2^25 elements, and in its full form fp32
  *                     RMSNorm rows of 5120, 8192, 16384 (from 2^25), 32768 and 65536 and
- *                     16-bit ones of 16384-65536 (loop_full_form_threads)) reads it as
+ *                     16-bit ones of 8192-65536 (loop_full_form_threads)) reads it as
  *                     torch.compile's kernels do: evict-last in L1 and L2 for the statistics,
  *                     evict-first for y; fwd_loop_ln_kernel the same for fp32 LayerNorm rows
  *                     of 8192, 16384 and 32768 (the last two from 2^25 elements).
@@ -1480,7 +1480,9 @@ __device__ __forceinline__ void loop_step_load(Pack<T, VEC> (&raw)[STEP], const 
  * Sweeps 92 and 94 (tuning builds) ran the full form at 160-512 threads (kLoopFull512, 256,
  * 128 and 160: the thread count that fills a row in one step); A/B runs CR, CS and CU (release
  * builds) planned it for fp32 RMSNorm 5120-16384 and 16-bit RMSNorm 16384-65536, each from the
- * size where it stopped losing (plan.cu, loop_full_form_threads). A LayerNorm form of the full form
+ * size where it stopped losing (plan.cu, loop_full_form_threads); sweep 99 and A/B run CY at four
+ * vectors a step (STEP 4, 256 threads) for 16-bit RMSNorm 8192 from 2^26 elements (96.7% ->
+ * 98.4-99.1%). A LayerNorm form of the full form
  * at one step (the row read once, its values held in registers for the mean, the centred sum of
  * squares and y) lost 2-5 points to the planned kernels on fp32 LayerNorm 8192-32768 (sweep 93) and
  * was removed; fwd_loop_ln_kernel (below) reads x twice instead, as this kernel does. */
@@ -1783,8 +1785,9 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
 }
 
 /* Release builds' full forms of fwd_loop_kernel (plan_forward's loop_full_form_threads) by FORM:
- * kLoopFull + kLoopFreeParams at 1024, 512 and 256 threads, and at 160 for fp32 rows; NULL for
- * any other. */
+ * kLoopFull + kLoopFreeParams at 1024, 512 and 256 threads, and at 160 for fp32 rows, eight
+ * vectors a step (the launcher takes 16-bit RMSNorm 8192's four-vector form itself); NULL for any
+ * other. */
 template <typename T, typename P, int VEC> static void (*fwd_loop_full_pick(int form))(FwdParams) {
   constexpr int full = kLoopFull + kLoopFreeParams;
   switch (form) {

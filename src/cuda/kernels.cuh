@@ -64,8 +64,9 @@ enum Mode {
   MODE_BULK = 6,   /* forward (sm_90), 16-byte rows past the register kernel's: each CTA's chunk
                       copied into shared memory in nbuf pieces, refilled piece by piece with the
                       next row's */
-  MODE_LOOP = 7    /* forward, 16-byte RMSNorm rows (fp32 2048-4096, and in the full form fp32
-                      5120-65536 and 16-bit 16384-65536; tuning builds any): a CTA a row
+  MODE_LOOP = 7    /* forward, 16-byte rows: RMSNorm (fp32 2048-4096, and in the full form fp32
+                      5120-65536 and 16-bit 8192-65536; fwd_loop_ln_kernel: fp32 LayerNorm
+                      8192-32768; tuning builds any): a CTA a row
                       looping over it vpt vectors a thread a step, x read twice
                       (fwd_loop_kernel) */
 };
