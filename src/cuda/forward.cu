@@ -1434,6 +1434,17 @@ __device__ __forceinline__ Pack<T, VEC> loop_load(const T *p, uint64_t pol) {
     return load_hinted_l1<T, VEC, L1P>(p, pol);
 }
 
+/* A step of the full forms' vectors (fwd_loop_kernel, fwd_loop_ln_kernel): vector u of the
+ * thread's step at xs + u * THREADS vectors, constant offsets from one address, with L1 priority
+ * L1P and L2 policy pol (or, NO_L2, none); no tests (rows of whole steps). */
+template <typename T, int VEC, int STEP, int THREADS, int L1P, bool NO_L2>
+__device__ __forceinline__ void full_step_load(Pack<T, VEC> (&raw)[STEP], const T *xs,
+                                               uint64_t pol) {
+#pragma unroll
+  for (int u = 0; u < STEP; ++u)
+    raw[u] = loop_load<T, VEC, L1P, NO_L2>(xs + u * THREADS * VEC, pol);
+}
+
 /* A step of fwd_loop_kernel's vectors (j + u * blockDim.x, u < STEP) with L1 priority L1P, those
  * past the row zero. */
 template <typename T, int VEC, int STEP, int L1P, bool NO_L2 = false>
@@ -1518,9 +1529,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
       for (int64_t j = threadIdx.x; j < nvec; j += STEP * kFullThreads) {
         const T *xs = xr + j * VEC;
         Pack<T, VEC> raw[STEP];
-#pragma unroll
-        for (int u = 0; u < STEP; ++u)
-          raw[u] = loop_load<T, VEC, 1, no_l2>(xs + u * kFullThreads * VEC, keep);
+        full_step_load<T, VEC, STEP, kFullThreads, 1, no_l2>(raw, xs, keep);
         add_squares<T, VEC, STEP, 2>(raw, acc);
       }
     } else {
@@ -1542,10 +1551,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
         const T *xs = xr + j * VEC;
         T *ys = yr + j * VEC;
         Pack<T, VEC> raw[STEP];
-#pragma unroll
-        for (int u = 0; u < STEP; ++u) {
-          raw[u] = loop_load<T, VEC, 2, no_l2>(xs + u * kFullThreads * VEC, drop);
-        }
+        full_step_load<T, VEC, STEP, kFullThreads, 2, no_l2>(raw, xs, drop);
 #pragma unroll
         for (int u = 0; u < STEP; ++u) {
           const int64_t col = (j + u * kFullThreads) * VEC;
@@ -1677,9 +1683,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
     for (int64_t j = threadIdx.x; j < nvec; j += kStep * kThreads) {
       const T *xs = xr + j * VEC;
       Pack<T, VEC> raw[kStep];
-#pragma unroll
-      for (int u = 0; u < kStep; ++u)
-        raw[u] = loop_load<T, VEC, 1, no_l2>(xs + u * kThreads * VEC, keep);
+      full_step_load<T, VEC, kStep, kThreads, 1, no_l2>(raw, xs, keep);
       /* (the second pass converts the values again rather than hold them as floats) */
       const auto x_at = [&](int k, int e) { return pack_f32<T, VEC>(raw[k], e); };
       const auto x_again = [&](int k, int e) { return reconvert<T, VEC>(raw[k], e); };
@@ -1704,9 +1708,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
       const T *xs = xr + j * VEC;
       T *ys = yr + j * VEC;
       Pack<T, VEC> raw[kStep];
-#pragma unroll
-      for (int u = 0; u < kStep; ++u)
-        raw[u] = loop_load<T, VEC, 2, no_l2>(xs + u * kThreads * VEC, drop);
+      full_step_load<T, VEC, kStep, kThreads, 2, no_l2>(raw, xs, drop);
 #pragma unroll
       for (int u = 0; u < kStep; ++u) {
         const int64_t col = (j + u * kThreads) * VEC;
