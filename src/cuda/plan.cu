@@ -410,10 +410,20 @@ void plan_stream(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInf
 
 namespace fnorm_cuda {
 
+/* The vectors a thread takes a step in the full form loop_full_form_threads plans: 32 values for
+ * LayerNorm (fwd_loop_ln_kernel), four 16-byte vectors for 16-bit RMSNorm 8192 (256 threads, the
+ * row in one step: sweep 99, A/B run CY), else eight. */
+static int loop_full_form_vpt(const fnorm_problem *p, int vec) {
+  return p->norm == FNORM_LAYERNORM                       ? 32 / vec
+         : p->dtype != FNORM_DTYPE_F32 && p->cols == 8192 ? 4
+                                                          : 8;
+}
+
 /* The threads a CTA of fwd_loop_kernel's full form (kLoopFull + kLoopFreeParams: steps of eight
- * vectors a thread at constant offsets, gamma read ahead of y's stores, torch.compile's shape for
- * these rows, its Triton kernel read in session 37) runs on RMSNorm rows with gamma in their own
- * dtype and two rows an SM at least (a CTA a row); 0 where the form is not planned.
+ * vectors a thread at constant offsets, or the vectors loop_full_form_vpt names, gamma read ahead
+ * of y's stores, torch.compile's shape for these rows, its Triton kernel read in session 37) runs
+ * on RMSNorm rows with gamma in their own dtype and two rows an SM at least (a CTA a row), and
+ * fwd_loop_ln_kernel on LayerNorm ones (the last bullet); 0 where the form is not planned.
  * - fp32 32768 and 65536 at 1024 threads: sweep 91 (H200, tuning build, 2^27 elements) 32768
  *   92.5% -> 98.3%, 65536 85.3% -> 90.0% of the copy; A/B run CP (release): 32768 +4.1 to +5.8
  *   points at 2^25-2^27, 65536 +1.0 to +5.3; 131072 and 262144 lost up to 20 points at
@@ -433,27 +443,19 @@ namespace fnorm_cuda {
  *   -2.6/-3.2 at 2^25, level below; 16-bit 16384 at 256 threads, from 2^27: bf16 96.2% ->
  *   97.2-97.4%, fp16 96.0-96.2% -> 96.5% at 2^27, level at 2^23-2^26 (sweep 94: -2.5 at
  *   2^25).
- * LayerNorm (fwd_loop_ln_kernel, the same shape with Chan-combined statistics), fp32 rows in one
- * step of 32 values a thread: sweep 95 (H200, tuning build, 2^27 elements) 8192 at 256 threads
- * 96.2% -> 97.2%, 16384 at 512 95.8% -> 97.5%, 32768 at 1024 86.5% -> 89.6%; 16-bit rows (steps of
- * four vectors; eight spill) lost 3-27 points, and so did longer fp32 rows (65536 in two steps
- * 85.2% -> 81.4%) and 4096 at 128 threads and 5120 at 160 (-1.3 to -5.7). A/B run CW (release):
- * 8192 +1.0 to +2.0 points at 2^23-2^27 save +0.2 at 2^25; 16384 +1.1 to +1.8 and 32768 +2.3 to
- * +3.6 at 2^25-2^27, but both -1.9 to -2.7 at 2^23-2^24: from 2^25 elements.
  * - 16-bit RMSNorm 8192 at 256 threads in one step of four vectors a thread (loop_full_form_vpt),
  *   from 2^26 elements: sweep 99 (tuning build; eight vectors at 128 threads were level, sweep
  *   94, and two or one at 512 or 1024 threads lost 28-55 points), then A/B run CY (release): bf16
  *   96.7% -> 99.0-99.1% at 2^27, +2.8 at 2^26, +1.3 at 2^25, -1.6 at 2^24; fp16 96.7% -> 98.4% at
- *   2^27, +0.8 at 2^26, -1.2 at 2^25, -6.9 at 2^24. torch.compile 1.00x (was 0.97x). */
-/* The vectors a thread takes a step in the full form loop_full_form_threads plans: 32 values for
- * LayerNorm (fwd_loop_ln_kernel), four 16-byte vectors for 16-bit RMSNorm 8192 (256 threads, the
- * row in one step: sweep 99, A/B run CY), else eight. */
-static int loop_full_form_vpt(const fnorm_problem *p, int vec) {
-  return p->norm == FNORM_LAYERNORM                       ? 32 / vec
-         : p->dtype != FNORM_DTYPE_F32 && p->cols == 8192 ? 4
-                                                          : 8;
-}
-
+ *   2^27, +0.8 at 2^26, -1.2 at 2^25, -6.9 at 2^24. torch.compile 1.00x (was 0.97x).
+ * - LayerNorm (fwd_loop_ln_kernel, the same shape with Chan-combined statistics), fp32 rows in
+ *   one step of 32 values a thread: sweep 95 (H200, tuning build, 2^27 elements) 8192 at 256
+ *   threads 96.2% -> 97.2%, 16384 at 512 95.8% -> 97.5%, 32768 at 1024 86.5% -> 89.6%; 16-bit
+ *   rows (steps of four vectors; eight spill) lost 3-27 points, and so did longer fp32 rows
+ *   (65536 in two steps 85.2% -> 81.4%) and 4096 at 128 threads and 5120 at 160 (-1.3 to -5.7).
+ *   A/B run CW (release): 8192 +1.0 to +2.0 points at 2^23-2^27 save +0.2 at 2^25; 16384 +1.1 to
+ *   +1.8 and 32768 +2.3 to +3.6 at 2^25-2^27, but both -1.9 to -2.7 at 2^23-2^24: from 2^25
+ *   elements. */
 static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (p->param_dtype != p->dtype || vec * (int64_t)dtype_bytes(p->dtype) != 16 ||
       p->rows < 2 * (int64_t)dev.sm_count)
