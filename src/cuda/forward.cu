@@ -12,10 +12,12 @@
  *                     rows of 16384 and 32768 (below 2^27 elements) and 65536 (below 2^26),
  *                     fp32 LayerNorm rows of 5120 (and 8192, which fwd_loop_ln_kernel
  *                     takes first since A/B run CW; FNORM_TUNE_FWD_LOOP=0 in tuning builds
- *                     gives them back) (packed_rows_shape), a row a CTA of 1-8 warps in registers,
- * 16-bit rows held as their words and converted again on each pass. fwd_cta_kernel     16-byte rows
- * one CTA of up to 1024 threads holds (32768 elements), when there are at least two rows an SM: a
- * CTA per row, not persistent. fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8191, those of
+ *                     gives them back) (packed_rows_shape), a row a CTA of 1-8 warps in
+ *                     registers, 16-bit rows held as their words and converted again on each
+ *                     pass.
+ *  fwd_cta_kernel     16-byte rows one CTA of up to 1024 threads holds (32768 elements), when
+ *                     there are at least two rows an SM: a CTA per row, not persistent.
+ *                     fwd_cta_reread_kernel (fp32 RMSNorm rows of up to 8191, those of
  *                     2048-4096 below 2^25 elements) holds the row only until its statistics
  *                     are known and reads it again, from L2, for y. fwd_loop_kernel (fp32
  *                     RMSNorm rows of 2048-4096 from 2^25 elements, and in its full form fp32
