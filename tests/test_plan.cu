@@ -331,8 +331,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                             (p.cols == 16384 && p.rows * p.cols >= ((int64_t)1 << 25))
                       : full16(p, dev))),
             "forward loop kernel: fp32 RMSNorm 2048-4096 from 2^25 elements in one step of four "
-            "vectors (sweep 86); the full form, its threads, rows of whole steps of eight: fp32 "
-            "RMSNorm 5120-65536, 16-bit 32768 (sweeps 91-94, A/B runs CP-CS)");
+            "vectors (sweep 86); the full form: fp32 RMSNorm 5120-65536, 16-bit 8192-65536 "
+            "(sweeps 91-99, A/B runs CP-CY)");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward loop kernel: a CTA a row");
     break;
   case MODE_STREAM:

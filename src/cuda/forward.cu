@@ -1788,12 +1788,21 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
   }
 }
 
-/* Release builds' full forms of fwd_loop_kernel (plan_forward's loop_full_form_threads) by FORM:
- * kLoopFull + kLoopFreeParams at 1024, 512 and 256 threads, and at 160 for fp32 rows, eight
- * vectors a step (the launcher takes 16-bit RMSNorm 8192's four-vector form itself); NULL for any
- * other. */
-template <typename T, typename P, int VEC> static void (*fwd_loop_full_pick(int form))(FwdParams) {
+/* Release builds' full forms of fwd_loop_kernel (plan_forward's loop_full_form_threads and
+ * loop_full_form_vpt) by FORM and vectors a step: kLoopFull + kLoopFreeParams at 1024, 512 and 256
+ * threads, and at 160 for fp32 rows, eight vectors a step; at 256 threads also four vectors for
+ * 16-bit rows (RMSNorm 8192); NULL for any other. */
+template <typename T, typename P, int VEC>
+static void (*fwd_loop_full_pick(int form, int vpt))(FwdParams) {
   constexpr int full = kLoopFull + kLoopFreeParams;
+  if (vpt == 4) {
+    if constexpr (sizeof(T) == 2)
+      if (form == full + kLoopFull256)
+        return fwd_loop_kernel<T, P, VEC, 4, false, full + kLoopFull256>;
+    return nullptr;
+  }
+  if (vpt != 8)
+    return nullptr;
   switch (form) {
   case full:
     return fwd_loop_kernel<T, P, VEC, 8, false, full>;
@@ -2346,15 +2355,9 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
           if (!a.layernorm && plan.vpt == 4 && plan.variant == 0) /* fp32 2048-4096 */
             k = fwd_loop_kernel<T, P, VEC, 4>;
         }
-        if (!k && !a.layernorm && plan.vpt == 8 && plan.variant > 8 &&
-            !((plan.variant - 8) & kLoopLn) && loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
-          k = fwd_loop_full_pick<T, P, VEC>(plan.variant - 8);
-        if constexpr (sizeof(T) == 2) { /* 16-bit RMSNorm 8192: 256 threads, four vectors */
-          constexpr int form = kLoopFull + kLoopFreeParams + kLoopFull256;
-          if (!k && !a.layernorm && plan.vpt == 4 && plan.variant == 8 + form &&
-              loop_full_fits(plan, form, a.cols, VEC))
-            k = fwd_loop_kernel<T, P, VEC, 4, false, form>;
-        }
+        if (!k && !a.layernorm && plan.variant > 8 && !((plan.variant - 8) & kLoopLn) &&
+            loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
+          k = fwd_loop_full_pick<T, P, VEC>(plan.variant - 8, plan.vpt);
         if (!k && a.layernorm && plan.vpt * VEC == 32 && plan.variant > 8 &&
             ((plan.variant - 8) & kLoopLn) && loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
           k = fwd_loop_ln_pick<T, P, VEC>(plan.variant - 8);
