@@ -356,8 +356,9 @@ static void cuda_sizes(void) {
       gpu_forward_case("cuda", &c);
     }
   }
-  /* The forward's rows form (fwd_rows_kernel, sweeps 63, 69, 70): 16-byte rows of 32, 64, 96,
-   * 128 or 256 vectors over a warp (fp32 also 192), 16-bit rows of 32 or 48 over half a warp, with
+  /* The forward's rows form (fwd_rows_kernel, sweeps 63, 69, 70, 100): 16-byte rows of 32, 96,
+   * 128 or 256 vectors over a warp (fp32 also 192), rows of 64 vectors (fp32 256, 16-bit 512) and
+   * 16-bit rows of 32 or 48 over half a warp, with
    * 256 rows an SM and 2^25 elements or more, several a one-warp CTA: more than 256 x 160 SMs rows
    * and 2^25 elements, so that the case list is the same on every GPU, and one row more, so that
    * the last CTA's rows run past the last row (at half a warp a row, the second half's rows all
@@ -368,7 +369,8 @@ static void cuda_sizes(void) {
     static const case_shape rows_form[] = {
         {3, 0, 256},  {1, 1, 384},  {0, 0, 128},  {3, 1, 512},  {0, 1, 256}, {1, 0, 1024},
         {3, 0, 1024}, {0, 0, 512},  {1, 1, 256},  {3, 0, 384},  {3, 1, 768}, {1, 0, 768},
-        {0, 0, 384},  {0, 1, 1024}, {1, 0, 2048}, {3, 1, 2048}, {0, 1, 768}, {0, 0, 768}};
+        {0, 0, 384},  {0, 1, 1024}, {1, 0, 2048}, {3, 1, 2048}, {0, 1, 768}, {0, 0, 768},
+        {0, 0, 256},  {3, 0, 512},  {1, 1, 512}};
     for (s = 0; s < (int)(sizeof rows_form / sizeof rows_form[0]); s++) {
       const int64_t cols = rows_form[s].cols;
       const int64_t rows =
@@ -441,10 +443,10 @@ static void cuda_sizes(void) {
   /* The loop kernel's full form: RMSNorm rows with gamma in their dtype and two rows an SM or
    * more (321: past two rows an SM on 160 SMs, so that the case list is the same on every GPU):
    * fp32 32768 (one step of eight vectors a thread of 1024), 65536 (two steps), 8192 (one step
-   * at 256 threads), 5120 (at 160), 16384 (at 512, 2048 rows: the plan takes it from 2^25
-   * elements), bf16 and fp16 65536 (at 1024, 1024 rows: from 2^26), 32768 (at 512, 4096 rows:
-   * from 2^27), 16384 (at 256, 8192 rows) and 8192 (at 256 in one step of four vectors, 8192
-   * rows: from 2^26); and its LayerNorm kernel (fwd_loop_ln_kernel) on
+   * at 256 threads), 5120 (at 160; at 320 of four vectors, 13108 rows: from 2^26), 16384 (at 512,
+   * 2048 rows: the plan takes it from 2^25 elements), bf16 and fp16 65536 (at 1024, 1024 rows: from
+   * 2^26), 32768 (at 512, 4096 rows: from 2^27), 16384 (at 256, 8192 rows) and 8192 (at 256 in one
+   * step of four vectors, 8192 rows: from 2^26); and its LayerNorm kernel (fwd_loop_ln_kernel) on
    * fp32 LayerNorm 8192, 16384 and 32768 (256, 512 and 1024 threads, the row in one step; 321,
    * 2048 and 1024 rows: the plan takes the last two from 2^25 elements). Each
    * also with aligned strides and no gamma or statistics (forward_cases), on a 1e4 offset, with
@@ -469,6 +471,11 @@ static void cuda_sizes(void) {
         break;
       forward_hard_cases(norms[full_form[s].norm], combos[full_form[s].combo].dtype, rows,
                          full_form[s].cols, 0, 1);
+    }
+    if (!g_opt.quick) { /* fp32 RMSNorm 5120 from 2^26 elements: 320 threads x 4 vectors */
+      static const case_shape wide5120 = {0, 1, 5120};
+      forward_cases(&wide5120, 1, 13108, 1);
+      forward_hard_cases(norms[1], combos[0].dtype, 13108, 5120, 0, 1);
     }
   }
   /* fp32 backward rows past 8 warps (N = 4097-32768) from CLUSTER_TIER_ROWS rows on: from y

@@ -319,13 +319,18 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                  pl.threads * (int64_t)pl.vpt >= nvec && pl.variant == 0) ||
                 (pl.variant > 8 && ((pl.variant - 8) & kLoopFull) != 0 &&
                  p.param_dtype == p.dtype && p.rows >= 2 * (int64_t)dev.sm_count &&
-                 pl.vpt == (p.dtype != FNORM_DTYPE_F32 && p.cols == 8192 ? 4 : 8) &&
+                 pl.vpt == ((p.dtype != FNORM_DTYPE_F32 && p.cols == 8192) ||
+                                    (p.dtype == FNORM_DTYPE_F32 && p.cols == 5120 &&
+                                     p.rows * p.cols >= ((int64_t)1 << 26))
+                                ? 4
+                                : 8) &&
                  pl.threads == loop_full_threads(pl.variant - 8) &&
                  nvec % (pl.vpt * (int64_t)pl.threads) == 0 &&
                  (pl.variant - 8 - kLoopFull - kLoopFreeParams == 0 ||
                   pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull512 ||
                   pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull256 ||
-                  pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull160) &&
+                  pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull160 ||
+                  pl.variant - 8 - kLoopFull - kLoopFreeParams == kLoopFull320) &&
                  (p.dtype == FNORM_DTYPE_F32
                       ? p.cols == 5120 || p.cols == 8192 || p.cols == 32768 || p.cols == 65536 ||
                             (p.cols == 16384 && p.rows * p.cols >= ((int64_t)1 << 25))
@@ -643,19 +648,19 @@ void check_choices() {
              "from y: not the ring at four vectors a thread");
     }
   fnorm_problem p = problem(F32, LN, 2048, 65536);
-  /* Forward warp tier with 2^27 elements: the rows form (sweeps 63, 69 and 70) on 16-byte rows
-   * of 32, 64, 96, 128 and 256 vectors over a warp, fp32 rows of 192 too, 16-bit rows of 32 and
-   * 48 over half a warp, at the rows a CTA below (fp32 2048: the CTA-per-row kernel; 16-bit
-   * 1536, 192 vectors, one-warp CTAs). With 4096 rows: persistent 256-thread CTAs, gamma/beta
-   * from global memory. */
+  /* Forward warp tier with 2^27 elements: the rows form (sweeps 63, 69, 70 and 100) on 16-byte
+   * rows of 32, 96, 128 and 256 vectors over a warp, fp32 rows of 192 too, rows of 64 and 16-bit
+   * rows of 32 and 48 over half a warp, at the rows a CTA below (fp32 2048: the CTA-per-row kernel;
+   * 16-bit 1536, 192 vectors, one-warp CTAs). With 4096 rows: persistent 256-thread CTAs,
+   * gamma/beta from global memory. */
   struct {
     int64_t cols;
     bool bf16;
     int lanes, vpl, rows_ln, rows_rms; /* lanes 0: not the rows form */
   } const fshape[] = {
-      {256, false, 32, 2, 2, 4}, {384, false, 32, 3, 2, 2},  {512, false, 32, 4, 2, 2},
+      {256, false, 16, 4, 2, 2}, {384, false, 32, 3, 2, 2},  {512, false, 32, 4, 2, 2},
       {768, false, 32, 6, 1, 1}, {1024, false, 32, 8, 1, 1}, {256, true, 16, 2, 4, 4},
-      {384, true, 16, 3, 4, 4},  {512, true, 32, 2, 2, 4},   {768, true, 32, 3, 2, 2},
+      {384, true, 16, 3, 4, 4},  {512, true, 16, 4, 2, 2},   {768, true, 32, 3, 2, 2},
       {1024, true, 32, 4, 2, 2}, {2048, true, 32, 8, 1, 1},  {1536, true, 0, 0, 0, 0}};
   for (const auto &f : fshape)
     for (int nm = 0; nm < 2; ++nm) {
@@ -669,7 +674,7 @@ void check_choices() {
         expect(h200, dtype, norm, rows, f.cols, false,
                pl.tier == TIER_WARP && pl.threads == 32 && pl.group == f.lanes && pl.vpt == f.vpl &&
                    pl.variant == (nm ? f.rows_rms : f.rows_ln),
-               f.lanes == 16 ? "the rows form over half a warp (sweep 69)"
+               f.lanes == 16 ? "the rows form over half a warp (sweeps 69 and 100)"
                              : "the rows form over a warp (sweeps 63 and 69)");
       else
         expect(h200, dtype, norm, rows, f.cols, false,
@@ -773,6 +778,18 @@ void check_choices() {
                "32768");
       }
     }
+  /* fp32 RMSNorm 5120: the full form at 320 threads of four vectors from 2^26 elements (sweep
+   * 101), at 160 of eight below */
+  for (int64_t rows = grid_rows(5120) / 4; rows <= grid_rows(5120); rows *= 2) {
+    p = problem(F32, RMS, rows, 5120);
+    const Plan pl = plan_forward(&p, 4, h200.info);
+    const bool wide = rows * 5120 >= ((int64_t)1 << 26);
+    expect(h200, F32, RMS, rows, 5120, false,
+           pl.mode == MODE_LOOP && pl.threads == (wide ? 320 : 160) && pl.vpt == (wide ? 4 : 8) &&
+               pl.variant == 8 + kLoopFull + kLoopFreeParams + (wide ? kLoopFull320 : kLoopFull160),
+           wide ? "fp32 RMSNorm 5120 from 2^26 elements: the full form, 320 threads x 4 vectors"
+                : "fp32 RMSNorm 5120 below 2^26 elements: the full form, 160 threads x 8 vectors");
+  }
   {
     const int64_t fcols[] = {8192, 16384, 32768};
     for (int i = 0; i < 3; ++i) {
@@ -980,15 +997,16 @@ void check_choices() {
       p = problem(F32, RMS, rows, fcols[i]);
       Plan pl = plan_forward(&p, 4, h200.info);
       const bool full = fcols[i] <= 65536 && fcols[i] != 49152 && fcols[i] != 6144;
-      const int threads = fcols[i] == 5120    ? 160
+      /* (5120 at these 2^27 elements: 320 threads of four vectors, from 2^26) */
+      const int threads = fcols[i] == 5120    ? 320
                           : fcols[i] == 8192  ? 256
                           : fcols[i] == 16384 ? 512
                                               : 1024;
       expect(h200, F32, RMS, rows, fcols[i], false,
-             full == (pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 8 &&
-                      pl.threads == threads &&
+             full == (pl.tier == TIER_ROW && pl.mode == MODE_LOOP &&
+                      pl.vpt == (fcols[i] == 5120 ? 4 : 8) && pl.threads == threads &&
                       pl.variant == 8 + kLoopFull + kLoopFreeParams +
-                                        (fcols[i] == 5120    ? kLoopFull160
+                                        (fcols[i] == 5120    ? kLoopFull320
                                          : fcols[i] == 8192  ? kLoopFull256
                                          : fcols[i] == 16384 ? kLoopFull512
                                                              : 0)),
@@ -1047,9 +1065,9 @@ void check_choices() {
       expect(h200, F32, RMS, rows / 8, rcols[i], false,
              pl.tier == TIER_ROW && pl.mode == MODE_CTA && pl.reread == rregs[i],
              "2^24 elements: x read again for y");
-    } else if (rcols[i] >= 5120) { /* the loop kernel's full form (A/B runs CR and CS) */
+    } else if (rcols[i] >= 5120) { /* the loop kernel's full form (A/B runs CR, CS; sweep 101) */
       expect(h200, F32, RMS, rows, rcols[i], false,
-             pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == 8,
+             pl.tier == TIER_ROW && pl.mode == MODE_LOOP && pl.vpt == (rcols[i] == 5120 ? 4 : 8),
              "the loop kernel's full form");
     } else {
       expect(h200, F32, RMS, rows, rcols[i], false,

@@ -252,10 +252,10 @@ template <int N, bool SQUARES> __device__ __forceinline__ float sum4(const float
 
 /* torch.compile's shape for short rows (ncu13): one-warp CTAs, not persistent, each taking R
  * rows at a time, each row over all 32 lanes (LANES 16: each half of the warp its own R rows,
- * each over the half) at VPL 16-byte vectors a lane, every row's loads issued first, x and y
- * without cache hints; rows of exactly LANES * VPL vectors (FULL). Rows past the last load the
- * last row and store nothing. Planned on the 16-byte rows rows_form_shape names with 256 rows
- * an SM and 2^25 elements or more, R = fwd_rows_per_cta.
+ * each over the half; LANES 8, tuning builds: each quarter) at VPL 16-byte vectors a lane,
+ * every row's loads issued first, x and y without cache hints; rows of exactly LANES * VPL
+ * vectors (FULL). Rows past the last load the last row and store nothing. Planned on the 16-byte
+ * rows rows_form_shape names with 256 rows an SM and 2^25 elements or more, R = fwd_rows_per_cta.
  * A/B run AS (H200, release builds alternated, 2^27 elements, against the warp tier's staged
  * persistent kernel and its one-warp CTAs): 16-bit LayerNorm 256 91.8% -> 93.6%, 512 92.3% ->
  * 95.5%, 1024 93.3% -> 96.6%; 16-bit RMSNorm 256-1024 93.9-95.4% -> 97.2-97.5%; fp32 128-512
@@ -270,7 +270,8 @@ template <int N, bool SQUARES> __device__ __forceinline__ float sum4(const float
  * +0.5 points), and sweep 74 kept R for RMSNorm's rows as fwd_rows_per_cta has it. */
 template <typename T, typename P, int VEC, int VPL, int R, int LANES, bool LN>
 __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
-  static_assert(LANES == 16 || LANES == 32, "a row over a half or the whole warp");
+  static_assert(LANES == 8 || LANES == 16 || LANES == 32,
+                "a row over a quarter, a half or the whole warp");
   constexpr int EPR = VEC * VPL;     /* elements a lane holds of each row */
   constexpr int RW = R * 32 / LANES; /* rows the warp takes at a time */
   const int lane = threadIdx.x % LANES;
@@ -1753,9 +1754,9 @@ template <typename T, typename P, int VEC> static void (*fwd_loop_ln_pick(int fo
   return nullptr;
 }
 
-/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88, and 152 (the full
- * form at 128 threads) or 280 (160) at eight vectors) at STEP vectors a step; NULL for any other.
- */
+/* fwd_loop_kernel's FORM (tuning builds: 1, 2, 4, 8, 16, 24, 25, 28, 56 or 88, 152 (the full
+ * form at 128 threads) or 280 (160) at eight vectors, 1048 (320) at four, 2072 (640) at two) at
+ * STEP vectors a step; NULL for any other. */
 template <typename T, typename P, int VEC, int STEP>
 static void (*fwd_loop_form_pick(int form))(FwdParams) {
   switch (form) {
@@ -1783,6 +1784,11 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
     return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 152> : nullptr;
   case 280:
     return STEP == 8 ? fwd_loop_kernel<T, P, VEC, 8, false, 280> : nullptr;
+  case 1048: /* (320 and 640 threads at four and two vectors a step: fp32 5120 in one step;
+                release builds have 1048 too, fwd_loop_full_pick) */
+    return STEP == 4 ? fwd_loop_kernel<T, P, VEC, 4, false, 1048> : nullptr;
+  case 2072:
+    return STEP == 2 ? fwd_loop_kernel<T, P, VEC, 2, false, 2072> : nullptr;
   default:
     return nullptr;
   }
@@ -1790,15 +1796,19 @@ static void (*fwd_loop_form_pick(int form))(FwdParams) {
 
 /* Release builds' full forms of fwd_loop_kernel (plan_forward's loop_full_form_threads and
  * loop_full_form_vpt) by FORM and vectors a step: kLoopFull + kLoopFreeParams at 1024, 512 and 256
- * threads, and at 160 for fp32 rows, eight vectors a step; at 256 threads also four vectors for
- * 16-bit rows (RMSNorm 8192); NULL for any other. */
+ * threads, and at 160 for fp32 rows, eight vectors a step; four vectors at 256 threads for 16-bit
+ * rows (RMSNorm 8192) and at 320 for fp32 rows (RMSNorm 5120); NULL for any other. */
 template <typename T, typename P, int VEC>
 static void (*fwd_loop_full_pick(int form, int vpt))(FwdParams) {
   constexpr int full = kLoopFull + kLoopFreeParams;
   if (vpt == 4) {
-    if constexpr (sizeof(T) == 2)
+    if constexpr (sizeof(T) == 2) {
       if (form == full + kLoopFull256)
         return fwd_loop_kernel<T, P, VEC, 4, false, full + kLoopFull256>;
+    } else {
+      if (form == full + kLoopFull320)
+        return fwd_loop_kernel<T, P, VEC, 4, false, full + kLoopFull320>;
+    }
     return nullptr;
   }
   if (vpt != 8)
@@ -2064,7 +2074,8 @@ template <typename T, int VEC, int VPL, int LANES> constexpr bool rows_form_plan
 }
 template <typename T, typename P, int VEC, int VPL, int R, int LANES, bool LN>
 static void (*fwd_rows_one())(FwdParams) {
-  if constexpr ((kTuningBuild && (LANES == 32 || (VPL >= 2 && VPL <= 4))) ||
+  if constexpr ((kTuningBuild && (LANES == 32 || (LANES == 16 && VPL >= 2 && VPL <= 4) ||
+                                  (LANES == 8 && (VPL == 4 || VPL == 8)))) ||
                 (rows_form_planned<T, VEC, VPL, LANES>() && R == fwd_rows_per_cta(!LN, LANES, VPL)))
     return fwd_rows_kernel<T, P, VEC, VPL, R, LANES, LN>;
   return nullptr;
@@ -2111,6 +2122,10 @@ static void (*fwd_rows_pick(bool ln, int lanes, int vpl, int r))(FwdParams) {
   if (lanes == 16)
     return ln ? fwd_rows_pick_vpl<T, P, VEC, 16, true>(vpl, r)
               : fwd_rows_pick_vpl<T, P, VEC, 16, false>(vpl, r);
+  if constexpr (kTuningBuild)
+    if (lanes == 8)
+      return ln ? fwd_rows_pick_vpl<T, P, VEC, 8, true>(vpl, r)
+                : fwd_rows_pick_vpl<T, P, VEC, 8, false>(vpl, r);
   return nullptr;
 }
 

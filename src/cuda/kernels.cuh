@@ -84,21 +84,27 @@ enum LoopForm {
   kLoopFull256 = 64,    /* with kLoopFull: 256 threads */
   kLoopFull128 = 128,   /* with kLoopFull: 128 threads (tuning builds, eight vectors a step) */
   kLoopFull160 = 256,   /* with kLoopFull: 160 threads (eight vectors a step: fp32 5120) */
-  kLoopLn = 512         /* with kLoopFull: LayerNorm, each thread's step centred on its own mean
+  kLoopLn = 512,        /* with kLoopFull: LayerNorm, each thread's step centred on its own mean
                            in registers and combined by Chan's update (thread_moments) */
+  kLoopFull320 = 1024,  /* with kLoopFull: 320 threads (fp32 5120 at 4 vectors a step) */
+  kLoopFull640 = 2048   /* with kLoopFull: 640 threads (tuning builds: fp32 5120 at 2 vectors) */
 };
 
 /* The threads a CTA of fwd_loop_kernel's full form (FORM with kLoopFull) runs. */
 constexpr int loop_full_threads(int form) {
-  return form & kLoopFull160   ? 160
+  return form & kLoopFull640   ? 640
+         : form & kLoopFull320 ? 320
+         : form & kLoopFull160 ? 160
          : form & kLoopFull128 ? 128
          : form & kLoopFull256 ? 256
          : form & kLoopFull512 ? 512
                                : 1024;
 }
-/* Its inverse: the thread bits of the full form at `threads` (128, 160, 256, 512 or 1024). */
+/* Its inverse: the thread bits of the full form at `threads` (128-1024). */
 constexpr int loop_full_thread_bits(int threads) {
-  return threads == 160   ? kLoopFull160
+  return threads == 640   ? kLoopFull640
+         : threads == 320 ? kLoopFull320
+         : threads == 160 ? kLoopFull160
          : threads == 128 ? kLoopFull128
          : threads == 256 ? kLoopFull256
          : threads == 512 ? kLoopFull512
@@ -202,19 +208,24 @@ constexpr int ring_resident_vpt(int vec) {
 }
 
 /* The forward's rows form (fwd_rows_kernel) for 16-byte rows of nvec vectors (vec elements of
- * elem_bytes): lanes a row and vectors a lane, lanes 0 where it takes none. Rows of 32, 64, 96,
- * 128 and 256 vectors over a warp (1, 2, 3, 4, 8 a lane), fp32 rows of 192 (N = 768) too (6 a
- * lane); 16-bit rows of 32 and 48 vectors (N = 256, 384) over half a warp (2, 3 a lane). Sweeps
- * 69-70 (H200): half-warp rows +0.5 to +5 points over a warp a row (256) and +2 to +5 over the
- * warp tier's staged kernel (384); fp32 768 at 6 a lane +2. 16-bit rows of 192 vectors (N =
+ * elem_bytes): lanes a row and vectors a lane, lanes 0 where it takes none. Rows of 32, 96, 128
+ * and 256 vectors over a warp (1, 3, 4, 8 a lane), fp32 rows of 192 (N = 768) too (6 a lane);
+ * rows of 64 vectors (fp32 256, 16-bit 512) and 16-bit rows of 32 and 48 (N = 256, 384) over
+ * half a warp (4, 2, 3 a lane). Sweeps 69-70 (H200): half-warp rows +0.5 to +5 points over a
+ * warp a row (16-bit 256) and +2 to +5 over the warp tier's staged kernel (384); fp32 768 at 6
+ * a lane +2. Sweep 100 (H200, 2^27 elements): rows of 64 vectors over half a warp at 2 rows a
+ * half, against the whole warp at 2 vectors a lane: LayerNorm fp32 256 96.5% -> 97.3%, bf16
+ * 512 95.1% -> 95.9%, bf16 RMSNorm 512 97.0% -> 97.4%, fp32 RMSNorm 256 level (98.2/98.1%);
+ * over a quarter of the warp (8 lanes, tuning builds) 0.4 to 4 points slower, save 16-bit
+ * LayerNorm 256 (+0.4 at 2 rows a quarter, RMSNorm -1.1). 16-bit rows of 192 vectors (N =
  * 1536) were not measured. */
 constexpr void rows_form_shape(int64_t nvec, int vec, int elem_bytes, int &lanes, int &vpl) {
   lanes = vpl = 0;
   if (vec * elem_bytes != 16)
     return;
-  if (elem_bytes == 2 && (nvec == 32 || nvec == 48)) {
+  if ((elem_bytes == 2 && (nvec == 32 || nvec == 48)) || nvec == 64) {
     lanes = 16;
-  } else if (nvec == 32 || nvec == 64 || nvec == 96 || nvec == 128 || nvec == 256 ||
+  } else if (nvec == 32 || nvec == 96 || nvec == 128 || nvec == 256 ||
              (elem_bytes == 4 && nvec == 192)) {
     lanes = 32;
   } else {
@@ -313,10 +324,11 @@ constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt,
  * vectors a lane of one row also two rows (16-bit 1024: 96.6% against 96.3%). Sweep 69: 3
  * vectors a lane 2 rows (+0.2 to +0.5 over 1 and 4), 8 a lane 1 row (2 lost 2.5, 4 lost 25);
  * half-warp rows 4 (+0.2 to +1 over 2; sweep 70 at 576000 rows of 384 +0.1 to +0.4). Sweep 70:
- * 6 a lane 1 row (+0.4 to +0.5 over 2). */
+ * 6 a lane 1 row (+0.4 to +0.5 over 2). Sweep 100: half-warp rows of 4 a lane 2 rows (+1.7 to
+ * +3.9 points over 4, +0.3 to +0.9 over 1). */
 constexpr int fwd_rows_per_cta(bool rms, int lanes, int vpl) {
   if (lanes == 16)
-    return 4;
+    return vpl == 4 ? 2 : 4;
   return vpl == 1 ? (rms ? 8 : 4) : vpl == 2 ? (rms ? 4 : 2) : vpl >= 6 ? 1 : 2;
 }
 

@@ -165,7 +165,8 @@ struct Tuning {
                                x: 1 four vectors a thread (kRingVptWide), 0 two (kRingVpt);
                                2 (tuning builds) from 2049 vectors */
   int fwd_rows_lanes;       /* tuning builds with fwd_rows 11-18: lanes a row of fwd_rows_kernel
-                               (32, or 16: each half-warp its own rows), 0 rows_form_shape's */
+                               (32, 16: each half-warp its own rows, or 8: each quarter, rows
+                               of 32 or 64 vectors), 0 rows_form_shape's */
   int fwd_rows_packed;      /* forward: 1 takes the rows packed_rows_shape names, with gamma in
                                their dtype, from packed_rows_min_elements, to
                                fwd_rows_packed_kernel; 0 never */
@@ -190,9 +191,10 @@ struct Tuning {
   int fwd_loop_pipe;        /* ... tuning builds: 1 the form with two steps in flight */
   int fwd_loop_form;        /* ... tuning builds: fwd_loop_kernel's FORM (LoopForm bits) at 1,
                                2, 4 or 8 vectors a step (1 no L2 policy, 2 gamma/beta read first, 4 plain
-                               stores, 8 full, 16 free parameter loads, 32, 64, 128 and
-                               256 the full form at 512, 256, 128 and 160 threads; forms 1,
-                               2, 4, 8, 16, 24, 25, 28, 56, 88, 152 and 280 built); with 512
+                               stores, 8 full, 16 free parameter loads, 32, 64, 128, 256,
+                               1024 and 2048 the full form at 512, 256, 128, 160, 320 and 640
+                               threads; forms 1, 2, 4, 8, 16, 24, 25, 28, 56, 88, 152, 280,
+                               1048 and 2072 built); with 512
                                (kLoopLn) LayerNorm rows of whole steps on fwd_loop_ln_kernel
                                (forms 536, 568, 600, 664 and 792 with FNORM_TUNE_FWD_LOOP=8
                                and the threads the form names; steps of 32 values); 0 the
@@ -268,7 +270,7 @@ Tuning tuning() {
   t.fwd_loop_threads = tune_knob("FNORM_TUNE_FWD_LOOP_THREADS", t.fwd_loop_threads);
   t.fwd_loop_pipe = tune_knob("FNORM_TUNE_FWD_LOOP_PIPE", t.fwd_loop_pipe);
   t.fwd_loop_form = tune_knob("FNORM_TUNE_FWD_LOOP_FORM", t.fwd_loop_form);
-  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 1023)
+  if (t.fwd_loop_form < 0 || t.fwd_loop_form > 4095)
     t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
@@ -410,13 +412,14 @@ void plan_stream(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInf
 
 namespace fnorm_cuda {
 
-/* The vectors a thread takes a step in the full form loop_full_form_threads plans: 32 values for
- * LayerNorm (fwd_loop_ln_kernel), four 16-byte vectors for 16-bit RMSNorm 8192 (256 threads, the
- * row in one step: sweep 99, A/B run CY), else eight. */
-static int loop_full_form_vpt(const fnorm_problem *p, int vec) {
-  return p->norm == FNORM_LAYERNORM                       ? 32 / vec
-         : p->dtype != FNORM_DTYPE_F32 && p->cols == 8192 ? 4
-                                                          : 8;
+/* The vectors a thread takes a step in the full form loop_full_form_threads plans at `threads`:
+ * 32 values for LayerNorm (fwd_loop_ln_kernel), four 16-byte vectors for 16-bit RMSNorm 8192 (256
+ * threads, the row in one step: sweep 99, A/B run CY) and for fp32 RMSNorm 5120 at 320 threads
+ * (sweep 101), else eight. */
+static int loop_full_form_vpt(const fnorm_problem *p, int vec, int threads) {
+  return p->norm == FNORM_LAYERNORM                                           ? 32 / vec
+         : (p->dtype != FNORM_DTYPE_F32 && p->cols == 8192) || threads == 320 ? 4
+                                                                              : 8;
 }
 
 /* The threads a CTA of fwd_loop_kernel's full form (kLoopFull + kLoopFreeParams: steps of eight
@@ -433,7 +436,9 @@ static int loop_full_form_vpt(const fnorm_problem *p, int vec) {
  *   16384 +2.9 at 2^27 (99.8%), +1.8 at 2^26, +1.0 at 2^25, level at 2^24 and -5 at 2^23 (512
  *   rows): from 2^25 elements.
  * - fp32 5120 at 160 threads: sweep 94 (tuning build), then A/B run CS (H200, release): 97.6%
- *   -> 99.3% at 2^27, +2.3 at 2^26, +3.1 at 2^25, +5 at 2^24, +9 at 2^23.
+ *   -> 99.3% at 2^27, +2.3 at 2^26, +3.1 at 2^25, +5 at 2^24, +9 at 2^23. From 2^26 elements
+ *   at 320 threads in one step of four vectors (loop_full_form_vpt): sweep 101 (tuning build)
+ *   98.8% -> 99.7% at 2^27, level at 2^25 (-0.3); 640 threads of two vectors ran 51%.
  * - 16-bit 32768 at 512 threads, ahead of the packed rows form, from 2^27 elements: A/B run CS
  *   bf16 95.4% -> 97.8%, fp16 95.5% -> 96.9% at 2^27; at 2^26 bf16 level, fp16 -1.3; at
  *   2^24-2^25 -0.5 to -5.5 (fewer waves of two CTAs an SM). 16-bit 8192 at 128 threads level
@@ -475,11 +480,9 @@ static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceI
                                                                          : 0;
   if (p->cols == 16384)
     return p->rows * p->cols >= ((int64_t)1 << 25) ? 512 : 0;
-  return p->cols == 5120    ? 160
-         : p->cols == 8192  ? 256
-         : p->cols == 32768 ? 1024
-         : p->cols == 65536 ? 1024
-                            : 0;
+  if (p->cols == 5120)
+    return p->rows * p->cols >= ((int64_t)1 << 26) ? 320 : 160;
+  return p->cols == 8192 ? 256 : p->cols == 32768 ? 1024 : p->cols == 65536 ? 1024 : 0;
 }
 
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
@@ -499,7 +502,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (full_threads) {
     pl.tier = TIER_ROW;
     pl.mode = MODE_LOOP;
-    pl.vpt = loop_full_form_vpt(p, vec);
+    pl.vpt = loop_full_form_vpt(p, vec, full_threads);
     pl.threads = full_threads;
     pl.cluster = 1;
     pl.variant = 8 + kLoopFull + kLoopFreeParams + loop_full_thread_bits(full_threads) +
@@ -584,8 +587,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
         (kTuningBuild && tn.fwd_param_smem == 2 && vec * (int64_t)dtype_bytes(p->dtype) == 16);
     /* Rows of 32, 48 (16-bit), 64, 96, 128, 192 (fp32) or 256 16-byte vectors, many of them,
      * with gamma in the rows' dtype: several rows a one-warp CTA, each over the whole warp or,
-     * 16-bit rows of 32 and 48 vectors, over half of it (fwd_rows_kernel, torch.compile's shape;
-     * rows_form_shape).
+     * rows of 64 vectors and 16-bit rows of 32 and 48, over half of it (fwd_rows_kernel,
+     * torch.compile's shape; rows_form_shape, which has sweep 100's half-warp rows of 64).
      * Sweep 63 and A/B run AS (H200, release builds alternated): at 2^27 elements +1.8 to +5.5
      * points over the kernels above (16-bit LayerNorm 512 92% -> 95.5%, fp32 RMSNorm 128 94.5%
      * -> 100%); but 40960 rows of 256 (2^23.3 elements, within L2) 16-bit -6 to -7, fp32 -0.4
@@ -606,7 +609,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
     if (kTuningBuild && tn.fwd_rows >= 11 && tn.fwd_rows <= 18) {
       /* tuning builds: R = fwd_rows - 10 rows a CTA (a half-warp's rows at 16 lanes), over the
        * lanes fwd_rows_lanes names (32: rows of 32, 64, 96, 128, 192, 256 vectors; 16: of 32, 48,
-       * 64 vectors, 16-bit or fp32) or the rule's */
+       * 64 vectors, 16-bit or fp32; 8: of 32 or 64) or the rule's */
       const bool vec16 = vec * (int64_t)dtype_bytes(p->dtype) == 16;
       const int64_t v32 = nvec / 32, v16 = nvec / 16;
       if (tn.fwd_rows_lanes == 32)
@@ -616,6 +619,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
                          : 0;
       else if (tn.fwd_rows_lanes == 16)
         rows_lanes = vec16 && nvec % 16 == 0 && v16 >= 2 && v16 <= 4 ? 16 : 0;
+      else if (tn.fwd_rows_lanes == 8)
+        rows_lanes = vec16 && (nvec == 32 || nvec == 64) ? 8 : 0;
       rows_vpl = rows_lanes ? (int)(nvec / rows_lanes) : 0;
       rows_cta = rows_lanes ? tn.fwd_rows - 10 : 0;
     }
