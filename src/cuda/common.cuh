@@ -791,6 +791,18 @@ __device__ __forceinline__ LnCounts ln_counts(int values_thread, int64_t values_
   n.inv_ncta = n.ncta > 0.f ? count_rcp(n.ncta) : 0.f;
   return n;
 }
+/* The same where every thread holds values_thread values (rows of whole steps of a CTA's
+ * threads): no shuffle is needed. */
+__device__ __forceinline__ LnCounts ln_counts_uniform(float values_thread, int64_t values_cta) {
+  LnCounts n;
+  n.nt = values_thread;
+  n.inv_nt = count_rcp(n.nt);
+  n.nw = 32.f * n.nt;
+  n.inv_nw = count_rcp(n.nw);
+  n.ncta = (float)values_cta;
+  n.inv_ncta = count_rcp(n.ncta);
+  return n;
+}
 /* The same where every thread holds EPT values (no thread's vector outside the chunk): the
  * thread's and warp's counts are constants, and no shuffle is needed. */
 template <int EPT> __device__ __forceinline__ LnCounts ln_counts_full(int64_t values_cta) {

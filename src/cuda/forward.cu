@@ -1448,6 +1448,38 @@ __device__ __forceinline__ void full_step_load(Pack<T, VEC> (&raw)[STEP], const 
     raw[u] = loop_load<T, VEC, L1P, NO_L2>(xs + u * THREADS * VEC, pol);
 }
 
+/* The y pass of the full forms (fwd_loop_kernel's and fwd_loop_ln_kernel's): x read again a step
+ * at a time (L1 evict-first, L2 policy pol unless NO_L2), gamma and beta by movable loads
+ * (FREE_PARAMS) or plain ones, y = norm(x) * gamma + beta stored a 16-byte vector at a time by
+ * asm (ONE_STORE) or as plain copies. norm(x) is the row's normalization of one value. */
+template <typename T, typename P, int VEC, int STEP, int THREADS, bool NO_L2, bool FREE_PARAMS,
+          bool ONE_STORE, typename Norm>
+__device__ __forceinline__ void full_row_y(const T *xr, T *yr, int64_t nvec, const P *gamma,
+                                           const P *beta, uint64_t pol, const Norm &norm) {
+  for (int64_t j = threadIdx.x; j < nvec; j += STEP * THREADS) {
+    const T *xs = xr + j * VEC;
+    T *ys = yr + j * VEC;
+    Pack<T, VEC> raw[STEP];
+    full_step_load<T, VEC, STEP, THREADS, 2, NO_L2>(raw, xs, pol);
+#pragma unroll
+    for (int u = 0; u < STEP; ++u) {
+      const int64_t col = (j + u * THREADS) * VEC;
+      float g[VEC], b[VEC], out[VEC];
+      if constexpr (FREE_PARAMS) {
+        load_param_free<P, VEC>(gamma, col, 1.f, g);
+        load_param_free<P, VEC>(beta, col, 0.f, b);
+      } else {
+        load_param<P, VEC>(gamma, col, 1.f, g);
+        load_param<P, VEC>(beta, col, 0.f, b);
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        out[e] = fmaf(norm(pack_f32<T, VEC>(raw[u], e)), g[e], b[e]);
+      store_vec<T, VEC, ONE_STORE>(ys + u * THREADS * VEC, out);
+    }
+  }
+}
+
 /* A step of fwd_loop_kernel's vectors (j + u * blockDim.x, u < STEP) with L1 priority L1P, those
  * past the row zero. */
 template <typename T, int VEC, int STEP, int L1P, bool NO_L2 = false>
@@ -1550,28 +1582,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
       store_row_stats(a, row, 0.f, rstd);
     T *yr = (T *)a.y + row * a.y_stride;
     if constexpr (full) {
-      for (int64_t j = threadIdx.x; j < nvec; j += STEP * kFullThreads) {
-        const T *xs = xr + j * VEC;
-        T *ys = yr + j * VEC;
-        Pack<T, VEC> raw[STEP];
-        full_step_load<T, VEC, STEP, kFullThreads, 2, no_l2>(raw, xs, drop);
-#pragma unroll
-        for (int u = 0; u < STEP; ++u) {
-          const int64_t col = (j + u * kFullThreads) * VEC;
-          float g[VEC], b[VEC], out[VEC];
-          if constexpr (free_params) {
-            load_param_free<P, VEC>(gamma, col, 1.f, g);
-            load_param_free<P, VEC>(beta, col, 0.f, b);
-          } else {
-            load_param<P, VEC>(gamma, col, 1.f, g);
-            load_param<P, VEC>(beta, col, 0.f, b);
-          }
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            out[e] = fmaf(pack_f32<T, VEC>(raw[u], e) * rstd, g[e], b[e]);
-          store_vec<T, VEC, (FORM & kLoopPlainStore) == 0>(ys + u * kFullThreads * VEC, out);
-        }
-      }
+      full_row_y<T, P, VEC, STEP, kFullThreads, no_l2, free_params, (FORM & kLoopPlainStore) == 0>(
+          xr, yr, nvec, gamma, beta, drop, [rstd](float x) { return x * rstd; });
     } else { /* (not instantiated for the full forms, which end above) */
       [[maybe_unused]] Pack<T, VEC> ahead[PIPE ? STEP : 1];
       if constexpr (PIPE)
@@ -1666,13 +1678,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
   const uint64_t keep = l2_policy_keep(), drop = l2_policy_drop();
   const P *gamma = (const P *)a.gamma;
   const P *beta = (const P *)a.beta;
-  LnCounts counts; /* every thread holds cols / kThreads values of a row */
-  counts.nt = (float)(a.cols / kThreads);
-  counts.inv_nt = count_rcp(counts.nt);
-  counts.nw = 32.f * counts.nt;
-  counts.inv_nw = count_rcp(counts.nw);
-  counts.ncta = (float)a.cols;
-  counts.inv_ncta = count_rcp(counts.ncta);
+  /* every thread holds cols / kThreads values of a row */
+  const LnCounts counts = ln_counts_uniform((float)(a.cols / kThreads), a.cols);
   bool mine[kStep];
 #pragma unroll
   for (int u = 0; u < kStep; ++u)
@@ -1707,23 +1714,9 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
     const RowStats st = ln_rank_combine(cs, nullptr, 1, inv_n, a.eps);
     if (threadIdx.x == 0)
       store_row_stats(a, row, st.mean, st.rstd);
-    for (int64_t j = threadIdx.x; j < nvec; j += kStep * kThreads) {
-      const T *xs = xr + j * VEC;
-      T *ys = yr + j * VEC;
-      Pack<T, VEC> raw[kStep];
-      full_step_load<T, VEC, kStep, kThreads, 2, no_l2>(raw, xs, drop);
-#pragma unroll
-      for (int u = 0; u < kStep; ++u) {
-        const int64_t col = (j + u * kThreads) * VEC;
-        float g[VEC], b[VEC], out[VEC];
-        load_param_free<P, VEC>(gamma, col, 1.f, g);
-        load_param_free<P, VEC>(beta, col, 0.f, b);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          out[e] = fmaf(((pack_f32<T, VEC>(raw[u], e) - cs.ref) - st.off) * st.rstd, g[e], b[e]);
-        store_vec<T, VEC, true>(ys + u * kThreads * VEC, out);
-      }
-    }
+    full_row_y<T, P, VEC, kStep, kThreads, no_l2, true, true>(
+        xr, yr, nvec, gamma, beta, drop,
+        [&cs, &st](float x) { return ((x - cs.ref) - st.off) * st.rstd; });
   }
 }
 
