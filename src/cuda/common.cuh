@@ -107,6 +107,14 @@ __device__ __forceinline__ float count_rcp(float x) {
   return r;
 }
 
+/* v, as a value the compiler cannot relate to anything computed before: what is computed from it
+ * is computed where it stands, not carried in a register from the start of a loop (the compiler's
+ * induction variables and hoisted invariants), which at a kernel's register cap can spill. */
+__device__ __forceinline__ int64_t made_here(int64_t v) {
+  asm volatile("" : "+l"(v));
+  return v;
+}
+
 /* L2 eviction policies for a row read twice in quick succession (sm_80+): the first read marks
  * its lines evict-last, so that they are still in L2 for the second, which marks them
  * evict-first, since nothing reads them again. */
