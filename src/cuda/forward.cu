@@ -2342,39 +2342,41 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
          * run the form without kLoopFull's bits (16 or the plain loop) */
         if (form & kLoopFull && !loop_full_fits(plan, form, a.cols, VEC))
           form &= kLoopFreeParams;
-        if (a.layernorm && (form & kLoopLn) && plan.vpt * VEC == 32)
-          k = fwd_loop_ln_pick<T, P, VEC>(form);
-        else if (a.layernorm || (form & kLoopLn))
+        if (form & kLoopLn) /* LayerNorm rows only, in steps of 32 values */
+          k = a.layernorm && plan.vpt * VEC == 32 ? fwd_loop_ln_pick<T, P, VEC>(form) : nullptr;
+        else if (a.layernorm)
           k = nullptr;
-        else if (!a.layernorm && form && plan.vpt == 1)
+        else if (form && plan.vpt == 1)
           k = fwd_loop_form_pick<T, P, VEC, 1>(form);
-        else if (!a.layernorm && form && plan.vpt == 2)
+        else if (form && plan.vpt == 2)
           k = fwd_loop_form_pick<T, P, VEC, 2>(form);
-        else if (!a.layernorm && form && plan.vpt == 4)
+        else if (form && plan.vpt == 4)
           k = fwd_loop_form_pick<T, P, VEC, 4>(form);
-        else if (!a.layernorm && form && plan.vpt == 8)
+        else if (form && plan.vpt == 8)
           k = fwd_loop_form_pick<T, P, VEC, 8>(form);
         else if (form)
           k = nullptr;
-        else if (!a.layernorm && plan.vpt == 1)
+        else if (plan.vpt == 1)
           k = pipe ? fwd_loop_kernel<T, P, VEC, 1, true> : fwd_loop_kernel<T, P, VEC, 1>;
-        else if (!a.layernorm && plan.vpt == 2)
+        else if (plan.vpt == 2)
           k = pipe ? fwd_loop_kernel<T, P, VEC, 2, true> : fwd_loop_kernel<T, P, VEC, 2>;
-        else if (!a.layernorm && plan.vpt == 4)
+        else if (plan.vpt == 4)
           k = pipe ? fwd_loop_kernel<T, P, VEC, 4, true> : fwd_loop_kernel<T, P, VEC, 4>;
-        else if (!a.layernorm && plan.vpt == 8 && !pipe)
+        else if (plan.vpt == 8 && !pipe)
           k = fwd_loop_kernel<T, P, VEC, 8>;
       } else if constexpr (std::is_same<T, P>::value) { /* gamma in the rows' dtype */
         if constexpr (std::is_same<T, float>::value) {
           if (!a.layernorm && plan.vpt == 4 && plan.variant == 0) /* fp32 2048-4096 */
             k = fwd_loop_kernel<T, P, VEC, 4>;
         }
-        if (!k && !a.layernorm && plan.variant > 8 && !((plan.variant - 8) & kLoopLn) &&
-            loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
-          k = fwd_loop_full_pick<T, P, VEC>(plan.variant - 8, plan.vpt);
-        if (!k && a.layernorm && plan.vpt * VEC == 32 && plan.variant > 8 &&
-            ((plan.variant - 8) & kLoopLn) && loop_full_fits(plan, plan.variant - 8, a.cols, VEC))
-          k = fwd_loop_ln_pick<T, P, VEC>(plan.variant - 8);
+        /* the full forms: their threads and rows of whole steps (loop_full_fits) */
+        if (!k && plan.variant > 8 && loop_full_fits(plan, plan.variant - 8, a.cols, VEC)) {
+          const int form = plan.variant - 8;
+          if (form & kLoopLn) /* LayerNorm rows only, in steps of 32 values */
+            k = a.layernorm && plan.vpt * VEC == 32 ? fwd_loop_ln_pick<T, P, VEC>(form) : nullptr;
+          else if (!a.layernorm)
+            k = fwd_loop_full_pick<T, P, VEC>(form, plan.vpt);
+        }
       }
       if (k)
         return launch_kernel(k, plan.grid, plan.threads, plan.smem, 1, stream, a);
