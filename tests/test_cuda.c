@@ -309,20 +309,23 @@ static void cuda_sizes(void) {
    * CTA's chunk fills its threads). 16-bit LayerNorm rows of 65536-262143 take it too (sweep
    * 68): bf16 65536 (240 rows), fp16 with fp32 gamma 131072 (40 rows). RMSNorm 131072 and fp32
    * rows take it in tuning builds only (FNORM_TUNE_FWD_LEAN_CL=3), fp32 LayerNorm with the 1e4
-   * offset; and in place. Under --quick the first alone. */
+   * offset; and in place. fp16 LayerNorm with fp16 gamma and beta takes its GB variant (A/B run
+   * DH): 40960 and 65536 at 240 rows, 262144 at 40. Under --quick the first alone. */
   {
     static const case_shape lean_cl4[] = {{3, 1, 40968}, {1, 0, 40960}, {3, 0, 49152},
-                                          {1, 1, 57344}, {4, 0, 40960}, {3, 0, 65536}};
+                                          {1, 1, 57344}, {4, 0, 40960}, {3, 0, 65536},
+                                          {1, 0, 65536}};
     static const case_shape lean_cl16[] = {{3, 0, 262144}, {1, 1, 262144}, {3, 1, 327688},
-                                           {1, 0, 524288}, {2, 0, 262144}, {2, 0, 131072}};
+                                           {1, 0, 524288}, {2, 0, 262144}, {2, 0, 131072},
+                                           {1, 0, 262144}};
     static const case_shape lean_tune[] = {{3, 0, 131072}, {0, 1, 131072}};
-    forward_cases(lean_cl4, 6, 240, 1);
+    forward_cases(lean_cl4, 7, 240, 1);
     /* bf16 LayerNorm with bf16 gamma and beta takes the FULL forms' GB variant (presence known at
      * compile time: runs CA, CC): 65536 over a cluster, and under --quick too. */
     if (g_opt.quick) {
       forward_cases(lean_cl4 + 5, 1, 240, 1);
     } else {
-      forward_cases(lean_cl16, 6, 40, 0);
+      forward_cases(lean_cl16, 7, 40, 0);
       forward_cases(lean_tune, 2, 80, 0);
       tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 80, 65536);
       c.input = INPUT_OFFSET_1E4;

@@ -2128,14 +2128,18 @@ static void (*fwd_rows_pick(bool ln, int lanes, int vpl, int r))(FwdParams) {
   return nullptr;
 }
 
-/* fwd_lean_kernel's FULL form; with gb (gamma and beta given) on bf16 LayerNorm rows the form that
- * knows it at compile time (GB): its y pass neither tests the pointers nor fills defaults (95 -> 65
- * instructions a vector at 65536 over a cluster). Only there: A/B run CA (H200) gave bf16
- * LayerNorm 65536 and 262144 +1.3 and +2.0 points, but fp16 LayerNorm 40960-262144 -0.8..-1.5 and
- * 16-bit RMSNorm 32768 -2.3 (the compiler schedules those forms worse). */
+/* fwd_lean_kernel's FULL form; with gb (gamma and beta given) on bf16 LayerNorm rows, and on fp16
+ * LayerNorm rows over a cluster, the form that knows it at compile time (GB): its y pass neither
+ * tests the pointers nor fills defaults (95 -> 65 instructions a vector at 65536 over a cluster).
+ * Only there: A/B run CA (H200) gave bf16 LayerNorm 65536 and 262144 +1.3 and +2.0 points, but
+ * fp16 LayerNorm 40960-262144 -0.8..-1.5 and 16-bit RMSNorm 32768 -2.3. The clustered GB form
+ * spilled 8 bytes then (the y pass's gamma and beta address, gone since A/B run DF); without the
+ * spill A/B run DH (H200, 2^25-2^27 elements) gave fp16 LayerNorm 65536 +2.0 to +2.4 points and
+ * 262144 +2.7 to +3.0 over the cluster. fp16 rows in one CTA keep the form that tests. */
 template <typename T, typename P, int VEC, int VPT, bool LN, bool CL>
 static void (*fwd_lean_full(bool gb))(FwdParams) {
-  if constexpr (LN && std::is_same<T, __nv_bfloat16>::value && std::is_same<T, P>::value)
+  if constexpr (LN && std::is_same<T, P>::value &&
+                (std::is_same<T, __nv_bfloat16>::value || (CL && std::is_same<T, __half>::value)))
     if (gb)
       return fwd_lean_kernel<T, P, VEC, VPT, LN, 2, true, CL, true>;
   return fwd_lean_kernel<T, P, VEC, VPT, LN, 2, true, CL>;
