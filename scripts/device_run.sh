@@ -3,6 +3,8 @@
 # command line (default: all). Logs and results go under $OUT (default ./out), so that the
 # lent-device workflow brings them back; the same script works on any CUDA machine.
 #   scripts/device_run.sh build test sanitize bench graph compare pytest
+# (test runs the whole suite, TEST_ARGS its options: e.g. TEST_ARGS="--shard 0/2" and "--shard 1/2"
+# in two calls when one call's time does not hold the build and the whole suite.)
 # Tuning (developer builds with -DFNORM_TUNING=ON in $TUNE_BUILD, default build-tune):
 #   TUNE_TESTS="FNORM_TUNE_X=1;FNORM_TUNE_Y=2" SWEEP=bench/tune/sweepN.txt \
 #     scripts/device_run.sh tunebuild tunetest sweep

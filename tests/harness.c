@@ -14,6 +14,7 @@ test_options g_opt;
 #define MAX_FAIL_LINES_PER_CASE 6
 
 static long total_passed, total_failed, total_skipped;
+static long selected_cases; /* cases --filter and --group let through, for --shard */
 static long group_passed, group_failed, group_skipped;
 static double group_start;
 static const char *group_name = "";
@@ -78,6 +79,10 @@ int case_begin(const char *fmt, ...) {
   if (g_opt.filter != NULL && strstr(current_name, g_opt.filter) == NULL)
     return 0;
   if (!group_selected())
+    return 0;
+  /* --shard K/N: the case's place among the selected ones, whatever runs or skips them; the
+   * cases themselves are independent (each draws its inputs from its own name's seed). */
+  if (g_opt.shard_count > 0 && selected_cases++ % g_opt.shard_count != g_opt.shard_index)
     return 0;
   if (skip_reason != NULL) {
     group_skipped++;
@@ -157,8 +162,8 @@ void case_end(void) {
 int harness_finish(void) {
   printf("%ld passed, %ld failed, %ld skipped\n", total_passed, total_failed, total_skipped);
   if (total_passed + total_failed + total_skipped == 0) {
-    /* a --filter or --group that matches nothing is a mistyped command, not a pass */
-    printf("no case matched --filter/--group\n");
+    /* a --filter, --group or --shard that matches nothing is a mistyped command, not a pass */
+    printf("no case matched --filter/--group/--shard\n");
     fflush(stdout);
     return 1;
   }

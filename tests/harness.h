@@ -16,6 +16,8 @@ typedef struct test_options {
   const char *groups; /* --group LIST: only the groups whose name contains one of LIST's
                        * comma-separated substrings */
   uint64_t seed;      /* --seed N: mixed into every case's own seed */
+  long shard_index;   /* --shard K/N: of the cases --filter and --group select, only the K-th of */
+  long shard_count;   /* every N (0-based; 0 without --shard), so that N runs split a suite */
 } test_options;
 
 /* Set once by main() from the command line, read by every group. */

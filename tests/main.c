@@ -9,13 +9,15 @@
 
 static int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--cpu-only] [--quick] [--filter SUBSTR] [--group LIST] [--seed N] "
-          "[--verbose|--details]\n"
+          "usage: %s [--cpu-only] [--quick] [--filter SUBSTR] [--group LIST] [--shard K/N] "
+          "[--seed N] [--verbose|--details]\n"
           "  --cpu-only       count the CUDA cases as skipped without touching CUDA\n"
           "  --quick          a reduced set of cases (for sanitizers and compute-sanitizer)\n"
           "  --filter SUBSTR  run only the cases whose name contains SUBSTR\n"
           "  --group LIST     run only the groups whose name contains one of LIST's\n"
           "                   comma-separated substrings (e.g. cuda-rows,cuda-layouts)\n"
+          "  --shard K/N      of the cases selected, run only every N-th from the K-th (K from\n"
+          "                   0 to N - 1): N runs, K = 0 .. N - 1, run each case once\n"
           "  --seed N         seed of the random inputs (default 1)\n"
           "  --verbose        a line per passing case with its worst error/tolerance ratio\n"
           "  --details        and a line per check with its worst element\n",
@@ -40,6 +42,15 @@ int main(int argc, char **argv) {
       g_opt.filter = argv[++k];
     } else if (strcmp(argv[k], "--group") == 0 && k + 1 < argc) {
       g_opt.groups = argv[++k];
+    } else if (strcmp(argv[k], "--shard") == 0 && k + 1 < argc) {
+      char *end;
+      g_opt.shard_index = strtol(argv[++k], &end, 10);
+      if (*end != '/' || end == argv[k])
+        return usage(argv[0]);
+      g_opt.shard_count = strtol(end + 1, &end, 10);
+      if (*end != '\0' || g_opt.shard_count < 1 || g_opt.shard_index < 0 ||
+          g_opt.shard_index >= g_opt.shard_count)
+        return usage(argv[0]);
     } else if (strcmp(argv[k], "--seed") == 0 && k + 1 < argc) {
       char *end;
       g_opt.seed = strtoull(argv[++k], &end, 0);
@@ -49,11 +60,14 @@ int main(int argc, char **argv) {
       return usage(argv[0]);
     }
   }
-  printf("fusednorm %s tests (header %s): seed %llu%s%s%s%s%s%s\n", fnorm_version_string(),
+  printf("fusednorm %s tests (header %s): seed %llu%s%s%s%s%s%s", fnorm_version_string(),
          FNORM_VERSION_STRING, (unsigned long long)g_opt.seed, g_opt.quick ? ", quick" : "",
          g_opt.cpu_only ? ", cpu only" : "", g_opt.filter ? ", filter: " : "",
          g_opt.filter ? g_opt.filter : "", g_opt.groups ? ", groups: " : "",
          g_opt.groups ? g_opt.groups : "");
+  if (g_opt.shard_count > 0)
+    printf(", shard %ld/%ld", g_opt.shard_index, g_opt.shard_count);
+  printf("\n");
   fflush(stdout);
   start = now_seconds();
   run_api_tests();
