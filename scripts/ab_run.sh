@@ -92,14 +92,15 @@ for key, v in cells.items():
 EOF
 if [ -n "${TEST_FILTER:-}" ]; then
   IFS=';' read -ra filters <<<"$TEST_FILTER"
+  : >"$OUT/ab-tests.log"
   for f in "${filters[@]}"; do
-    build-ab-t1/tests/fnorm_tests --filter "$f" >"$OUT/ab-tests.log" 2>&1
-    echo "T1 tests --filter '$f': rc=$? $(tail -1 "$OUT/ab-tests.log")"
+    build-ab-t1/tests/fnorm_tests --filter "$f" >>"$OUT/ab-tests.log" 2>&1
+    echo "T1 tests --filter '$f': rc=$? $(tail -1 "$OUT/ab-tests.log") ($((SECONDS - start)) s)"
   done
 fi
 if [ -n "${QUICK:-}" ]; then
   build-ab-t1/tests/fnorm_tests --quick >"$OUT/ab-quick.log" 2>&1
-  echo "T1 --quick: rc=$? $(tail -1 "$OUT/ab-quick.log")"
+  echo "T1 --quick: rc=$? $(tail -1 "$OUT/ab-quick.log") ($((SECONDS - start)) s)"
 fi
 rm -rf "$src0"
 echo "end ($((SECONDS - start)) s)"

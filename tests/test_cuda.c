@@ -426,6 +426,19 @@ static void cuda_sizes(void) {
       forward_hard_cases(norm, dt, rows, cols, s % 2, s < 2 || norm == FNORM_RMSNORM);
     }
   }
+  /* 16-bit LayerNorm on a 1e4 offset in the forms whose correction sum is taken from the
+   * thread's plain sum (centred_sum_from_sum): the packed rows form (fp16 16384 and 32768; its
+   * bf16 offset cases above sum exactly, bf16 values near 1e4 being multiples of 64), the rows
+   * form (fp16 2048, 64 values a lane) and the lean form over a cluster (fp16 65536 and 262144).
+   * fp16 values near 1e4 are multiples of 8, whose sums of a row round in fp32. Not under
+   * --quick. */
+  if (!g_opt.quick) {
+    static const int64_t offset_rows[][2] = {
+        {16384, 2048}, {32768, 1024}, {2048, 40961}, {65536, 240}, {262144, 40}};
+    for (s = 0; s < 5; s++)
+      forward_hard_cases(FNORM_LAYERNORM, FNORM_DTYPE_F16, offset_rows[s][1], offset_rows[s][0], 0,
+                         0);
+  }
   /* The forward's loop form (fwd_loop_kernel): fp32 RMSNorm rows of 2048-4096 with fp32 gamma
    * from 2^25 elements, in one step of four vectors a thread (tuning builds' FNORM_TUNE_FWD_LOOP
    * puts other RMSNorm rows on it too): 2048 and 4096 (CTAs of 128 and 256 threads filled

@@ -293,10 +293,12 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
     }
     float rstd[R], shift[R], mean_out[R];
     if constexpr (LN) {
-      float s[R];
+      /* sum(x - m1): 16-bit rows from the lane's plain sum (centred_sum_from_sum) */
+      constexpr bool kCentredSum = sizeof(T) == 4;
+      float s[R], own[R];
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        s[r] = sum4<EPR, false>(v[r]);
+        s[r] = own[r] = sum4<EPR, false>(v[r]);
       group_sum<LANES, R>(s);
       float t[2 * R];
 #pragma unroll
@@ -305,7 +307,8 @@ __global__ void __launch_bounds__(32) fwd_rows_kernel(FwdParams a) {
 #pragma unroll
         for (int j = 0; j < EPR; ++j)
           v[r][j] -= m1;
-        t[2 * r] = sum4<EPR, false>(v[r]);
+        t[2 * r] =
+            kCentredSum ? sum4<EPR, false>(v[r]) : centred_sum_from_sum(own[r], (float)EPR, m1);
         t[2 * r + 1] = sum4<EPR, true>(v[r]);
       }
       group_sum<LANES, 2 * R>(t);
@@ -507,7 +510,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
   for (int k = 0; k < VPL; ++k)
     v[k] = *reinterpret_cast<const uint4 *>(x + row * a.x_stride +
                                             (int64_t)((k * WPR + warp) * 32 + lane) * VEC);
-  float m1 = 0.f; /* LayerNorm: the first mean */
+  float m1 = 0.f, own = 0.f; /* LayerNorm: the first mean; the thread's plain sum */
   if constexpr (LN) {
     float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -519,12 +522,15 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
         p[(2 * e + 1) & 3] += f.y;
       }
     }
-    float s[1] = {(p[0] + p[1]) + (p[2] + p[3])};
+    own = (p[0] + p[1]) + (p[2] + p[3]);
+    float s[1] = {own};
     group_sum<32, 1>(s);
     warps_sum<WPR, 1>(s, post);
     m1 = s[0] * inv_first;
   }
-  /* LayerNorm: sum(x - m1) and sum((x - m1)^2); RMSNorm: sum(x^2) */
+  /* LayerNorm: sum(x - m1) (16-bit rows: from the plain sum, centred_sum_from_sum) and
+   * sum((x - m1)^2); RMSNorm: sum(x^2) */
+  constexpr bool kCentredSum = LN && sizeof(T) == 4;
   float c2[2] = {0.f, 0.f}, q2[2] = {0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
@@ -533,7 +539,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
       constexpr int PASS = LN ? 1 : 0; /* (RMSNorm's first pass over the row) */
       const float2 f = pair_f32<T, PASS>(v[k], e, zero);
       const float d0 = f.x - m1, d1 = f.y - m1;
-      if constexpr (LN) {
+      if constexpr (kCentredSum) {
         c2[0] += d0;
         c2[1] += d1;
       }
@@ -543,7 +549,8 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
   }
   float rstd, shift, mean_out;
   if constexpr (LN) {
-    float t[2] = {c2[0] + c2[1], q2[0] + q2[1]};
+    float t[2] = {kCentredSum ? c2[0] + c2[1] : centred_sum_from_sum(own, (float)(VPL * VEC), m1),
+                  q2[0] + q2[1]};
     group_sum<32, 2>(t);
     warps_sum<WPR, 2>(t, post + WPR);
     if constexpr (CL) {
@@ -931,12 +938,12 @@ __global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
 
 /* The moments of the N vectors a thread holds as loaded (vector k the thread's k-th of the
  * row; a vector past nvec, unless FULL, counts as absent): m, their mean's first estimate (the
- * sum times inv_n, 1 / the values present), rel, its correction, and m2, the sum of squares
+ * sum times inv_n, 1 / n, n the values present), rel, its correction, and m2, the sum of squares
  * about m + rel. Two passes over the registers, the second converting the packs again: they pass
  * through an empty asm first, so that the compiler does not keep the first pass's floats. */
 template <typename T, int VEC, int N, bool FULL>
-__device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nvec, float inv_n,
-                                             float &m, float &rel, float &m2) {
+__device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nvec, float n,
+                                             float inv_n, float &m, float &rel, float &m2) {
   float p0 = 0.f, p1 = 0.f;
 #pragma unroll
   for (int k = 0; k < N; ++k)
@@ -945,10 +952,15 @@ __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nve
       p0 += pack_f32<T, VEC>(raw[k], e);
       p1 += pack_f32<T, VEC>(raw[k], e + 1);
     }
-  m = (p0 + p1) * inv_n;
+  const float s = p0 + p1;
+  m = s * inv_n;
 #pragma unroll
   for (int k = 0; k < N; ++k)
     opaque(raw[k]);
+  /* the correction's sum of the centred values: FULL 16-bit values from s
+   * (centred_sum_from_sum; the forms that test their vectors keep it: holding s took them from
+   * 24 bytes of stack to 32) */
+  constexpr bool kCentredSum = sizeof(T) == 4 || !FULL;
   float d0 = 0.f, d1 = 0.f, q0 = 0.f, q1 = 0.f;
 #pragma unroll
   for (int k = 0; k < N; ++k) {
@@ -957,13 +969,15 @@ __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nve
     for (int e = 0; e < VEC; e += 2) {
       const float x0 = mine ? pack_f32<T, VEC>(raw[k], e) - m : 0.f;
       const float x1 = mine ? pack_f32<T, VEC>(raw[k], e + 1) - m : 0.f;
-      d0 += x0;
-      d1 += x1;
+      if constexpr (kCentredSum) {
+        d0 += x0;
+        d1 += x1;
+      }
       q0 = fmaf(x0, x0, q0);
       q1 = fmaf(x1, x1, q1);
     }
   }
-  const float s1 = d0 + d1;
+  const float s1 = kCentredSum ? d0 + d1 : centred_sum_from_sum(s, n, m);
   rel = s1 * inv_n;
   m2 = (q0 + q1) - s1 * rel;
 }
@@ -1048,7 +1062,7 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
           for (int k = 0; k < 2; ++k)
             raw[k] = load_l1<T, VEC, false>(xr + (threadIdx.x + (int64_t)(2 * b + k) * blockDim.x) *
                                                      VEC);
-          held_moments<T, VEC, 2, true>(raw, nvec, inv_h, bm[b], br[b], bq[b]);
+          held_moments<T, VEC, 2, true>(raw, nvec, h, inv_h, bm[b], br[b], bq[b]);
           asm volatile("" ::: "memory");
         }
         const float delta = (bm[1] - bm[0]) + (br[1] - br[0]);
@@ -1070,7 +1084,7 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
         }
         /* (At 4 16-bit vectors a thread this form spills in 32 registers, 130-220 bytes; it is
          * planned at up to 2.) */
-        held_moments<T, VEC, VPT, FULL>(raw, nvec, counts.inv_nt, mt, rel, m2t);
+        held_moments<T, VEC, VPT, FULL>(raw, nvec, counts.nt, counts.inv_nt, mt, rel, m2t);
       }
       const ChunkStats cs = cta_ln_combine(mt, rel, m2t, counts, warp, round);
       mean = cs.ref;
