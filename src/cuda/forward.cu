@@ -510,7 +510,14 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
   for (int k = 0; k < VPL; ++k)
     v[k] = *reinterpret_cast<const uint4 *>(x + row * a.x_stride +
                                             (int64_t)((k * WPR + warp) * 32 + lane) * VEC);
-  float m1 = 0.f, own = 0.f; /* LayerNorm: the first mean; the thread's plain sum */
+  /* 16-bit LayerNorm (OWN_MEAN): the squares centred on the thread's own mean mt = own / n, exact
+   * while own is (centred_sum_from_sum), so that the pass over the row need not wait for the CTA's
+   * sum and its barrier; then sum((x - m1)^2) = sum((x - mt)^2) + n (mt - m1)^2 (Chan's update,
+   * sum(x - mt) being 0). */
+  constexpr bool kOwnMean = LN && sizeof(T) == 2;
+  constexpr float kValues = (float)(VPL * VEC); /* values a thread holds */
+  float m1 = 0.f, own = 0.f, mt = 0.f; /* LayerNorm: the first mean; the thread's sum and mean */
+  float s[1] = {0.f};
   if constexpr (LN) {
     float p[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -523,14 +530,19 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
       }
     }
     own = (p[0] + p[1]) + (p[2] + p[3]);
-    float s[1] = {own};
+    s[0] = own;
     group_sum<32, 1>(s);
-    warps_sum<WPR, 1>(s, post);
-    m1 = s[0] * inv_first;
+    if constexpr (kOwnMean) {
+      mt = own * (1.f / kValues); /* (a power of two) */
+    } else {
+      warps_sum<WPR, 1>(s, post);
+      m1 = s[0] * inv_first;
+    }
   }
   /* LayerNorm: sum(x - m1) (16-bit rows: from the plain sum, centred_sum_from_sum) and
-   * sum((x - m1)^2); RMSNorm: sum(x^2) */
+   * sum((x - m1)^2) (16-bit rows: about mt); RMSNorm: sum(x^2) */
   constexpr bool kCentredSum = LN && sizeof(T) == 4;
+  const float centre = kOwnMean ? mt : m1;
   float c2[2] = {0.f, 0.f}, q2[2] = {0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < VPL; ++k) {
@@ -538,7 +550,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
     for (int e = 0; e < PAIRS; ++e) {
       constexpr int PASS = LN ? 1 : 0; /* (RMSNorm's first pass over the row) */
       const float2 f = pair_f32<T, PASS>(v[k], e, zero);
-      const float d0 = f.x - m1, d1 = f.y - m1;
+      const float d0 = f.x - centre, d1 = f.y - centre;
       if constexpr (kCentredSum) {
         c2[0] += d0;
         c2[1] += d1;
@@ -547,10 +559,14 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
       q2[1] = fmaf(d1, d1, q2[1]);
     }
   }
+  if constexpr (kOwnMean) {
+    warps_sum<WPR, 1>(s, post);
+    m1 = s[0] * inv_first;
+  }
   float rstd, shift, mean_out;
   if constexpr (LN) {
-    float t[2] = {kCentredSum ? c2[0] + c2[1] : centred_sum_from_sum(own, (float)(VPL * VEC), m1),
-                  q2[0] + q2[1]};
+    const float t0 = kCentredSum ? c2[0] + c2[1] : centred_sum_from_sum(own, kValues, m1);
+    float t[2] = {t0, kOwnMean ? fmaf(t0, mt - m1, q2[0] + q2[1]) : q2[0] + q2[1]};
     group_sum<32, 2>(t);
     warps_sum<WPR, 2>(t, post + WPR);
     if constexpr (CL) {
