@@ -447,7 +447,9 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
  * and 8192 over 8), not persistent, VPL 16-byte vectors a lane in registers: a 16-bit row held as
  * its 16-bit words (64-80 registers, where fwd_rows_kernel's floats would take twice that) and
  * converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums centred on
- * the first mean (ln_stats), y from (x - m1) - c (the centring's accuracy: y as x * rstd - mean *
+ * the first mean (ln_stats; 16-bit rows: the squares about the thread's own mean, A/B run DQ of
+ * session 42: bf16 32768 +1.3 points, the rest level), y from (x - m1) - c (the centring's
+ * accuracy: y as x * rstd - mean *
  * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and wrong by several ulps on
  * offset rows); RMSNorm's sum of squares, y. The warps' sums meet in shared memory (warps_sum). G
  * and B: gamma and beta given (in x's dtype), read per row where y is computed; they and y's
