@@ -512,10 +512,10 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
   for (int k = 0; k < VPL; ++k)
     v[k] = *reinterpret_cast<const uint4 *>(x + row * a.x_stride +
                                             (int64_t)((k * WPR + warp) * 32 + lane) * VEC);
-  /* 16-bit LayerNorm (OWN_MEAN): the squares centred on the thread's own mean mt = own / n, exact
-   * while own is (centred_sum_from_sum), so that the pass over the row need not wait for the CTA's
-   * sum and its barrier; then sum((x - m1)^2) = sum((x - mt)^2) + n (mt - m1)^2 (Chan's update,
-   * sum(x - mt) being 0). */
+  /* 16-bit LayerNorm (kOwnMean): the squares centred on the thread's own mean mt = own / n, so
+   * that the pass over the row need not wait for the CTA's sum and its barrier; then Chan's update
+   * to the squares about m1 (below; own is exact in fp32 while the thread's values span few
+   * binades, centred_sum_from_sum). */
   constexpr bool kOwnMean = LN && sizeof(T) == 2;
   constexpr float kValues = (float)(VPL * VEC); /* values a thread holds */
   float m1 = 0.f, own = 0.f, mt = 0.f; /* LayerNorm: the first mean; the thread's sum and mean */
@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
     s[0] = own;
     group_sum<32, 1>(s);
     if constexpr (kOwnMean) {
-      mt = own * (1.f / kValues); /* (a power of two) */
+      mt = own * (1.f / kValues);
     } else {
       warps_sum<WPR, 1>(s, post);
       m1 = s[0] * inv_first;
@@ -568,7 +568,12 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
   float rstd, shift, mean_out;
   if constexpr (LN) {
     const float t0 = kCentredSum ? c2[0] + c2[1] : centred_sum_from_sum(own, kValues, m1);
-    float t[2] = {t0, kOwnMean ? fmaf(t0, mt - m1, q2[0] + q2[1]) : q2[0] + q2[1]};
+    /* sum((x - m1)^2) = sum((x - mt)^2) + (mt - m1) (2 e + n (mt - m1)), e = sum(x - mt) =
+     * s - n mt: 0 where n is a power of two (mt = s / n exactly), one FMA otherwise (5120: 160
+     * values a lane); n (mt - m1) + e is t0 */
+    constexpr bool kPow2 = ((VPL * VEC) & (VPL * VEC - 1)) == 0;
+    const float te = kOwnMean && !kPow2 ? t0 + fmaf(-kValues, mt, own) : t0;
+    float t[2] = {t0, kOwnMean ? fmaf(mt - m1, te, q2[0] + q2[1]) : q2[0] + q2[1]};
     group_sum<32, 2>(t);
     warps_sum<WPR, 2>(t, post + WPR);
     if constexpr (CL) {
