@@ -3,8 +3,11 @@
 # command line (default: all). Logs and results go under $OUT (default ./out), so that the
 # lent-device workflow brings them back; the same script works on any CUDA machine.
 #   scripts/device_run.sh build test sanitize bench graph compare pytest
-# (test runs the whole suite, TEST_ARGS its options: e.g. TEST_ARGS="--shard 0/2" and "--shard 1/2"
-# in two calls when one call's time does not hold the build and the whole suite.)
+# (test runs the whole suite, TEST_ARGS its options, with --verbose so that a run cut short by its
+# time limit still says how many cases passed and which came last: the whole suite takes more than
+# 20 minutes on an H200 (session 42: two shards each ran past 575 s inside cuda-sizes), so split
+# it over four calls or more, e.g. TEST_ARGS="--shard 0/4" ... "--shard 3/4", reusing the build
+# while the machine stays warm.)
 # Tuning (developer builds with -DFNORM_TUNING=ON in $TUNE_BUILD, default build-tune):
 #   TUNE_TESTS="FNORM_TUNE_X=1;FNORM_TUNE_Y=2" SWEEP=bench/tune/sweepN.txt \
 #     scripts/device_run.sh tunebuild tunetest sweep
@@ -32,8 +35,14 @@ for step in $steps; do
     ;;
   test)
     note "tests"
-    timeout 560 "$BUILD/tests/fnorm_tests" ${TEST_ARGS:-} >"$OUT/tests.log" 2>&1
-    note "tests rc=$?"
+    timeout "${TEST_TIMEOUT:-560}" stdbuf -oL "$BUILD/tests/fnorm_tests" --verbose ${TEST_ARGS:-} \
+      >"$OUT/tests.log" 2>&1
+    rc=$?
+    note "tests rc=$rc"
+    if [ $rc -eq 124 ]; then
+      note "cut short: $(grep -c '^ok ' "$OUT/tests.log") cases passed, last: $(grep '^ok ' \
+        "$OUT/tests.log" | tail -1 | cut -c1-160)"
+    fi
     grep -E "FAIL|skipped|passed" "$OUT/tests.log" | tail -40
     ;;
   sanitize)
