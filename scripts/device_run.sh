@@ -35,6 +35,7 @@ for step in $steps; do
     ;;
   test)
     note "tests"
+    # shellcheck disable=SC2086 # TEST_ARGS is a list of options
     timeout "${TEST_TIMEOUT:-560}" stdbuf -oL "$BUILD/tests/fnorm_tests" --verbose ${TEST_ARGS:-} \
       >"$OUT/tests.log" 2>&1
     rc=$?
