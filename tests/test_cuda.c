@@ -435,7 +435,7 @@ static void cuda_sizes(void) {
   if (!g_opt.quick) {
     static const int64_t offset_rows[][2] = {
         {16384, 2048}, {32768, 1024}, {2048, 40961}, {65536, 240}, {262144, 40}};
-    for (s = 0; s < 5; s++)
+    for (s = 0; s < (int)(sizeof offset_rows / sizeof offset_rows[0]); s++)
       forward_hard_cases(FNORM_LAYERNORM, FNORM_DTYPE_F16, offset_rows[s][1], offset_rows[s][0], 0,
                          0);
   }

@@ -449,10 +449,10 @@ __device__ __forceinline__ float2 pair_f32(const uint4 &v, int e, uint32_t zero)
  * converted again on each pass (word_f32, by pairs: pair_f32): LayerNorm's sum, its sums centred on
  * the first mean (ln_stats; 16-bit rows: the squares about the thread's own mean, A/B run DQ of
  * session 42: bf16 32768 +1.3 points, the rest level), y from (x - m1) - c (the centring's
- * accuracy: y as x * rstd - mean *
- * rstd in one FMA, as launchprobe first had it, was 0.5 points faster and wrong by several ulps on
- * offset rows); RMSNorm's sum of squares, y. The warps' sums meet in shared memory (warps_sum). G
- * and B: gamma and beta given (in x's dtype), read per row where y is computed; they and y's
+ * accuracy: y as x * rstd - mean * rstd in one FMA, as launchprobe first had it, was 0.5 points
+ * faster and wrong by several ulps on offset rows); RMSNorm's sum of squares, y. The warps' sums
+ * meet in shared memory (warps_sum).
+ * G and B: gamma and beta given (in x's dtype), read per row where y is computed; they and y's
  * 16-byte stores are volatile, so that the compiler neither hoists all of a row's gamma/beta loads
  * nor sinks its stores, which held their registers; y's pairs are rounded by one paired conversion
  * each (f32_word). No loop over rows (a loop took the rows of 5120 from 114 registers to 168-190).
@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(32 * WPR) fwd_rows_packed_kernel(FwdParams a) 
   }
   /* LayerNorm: sum(x - m1) (16-bit rows: from the plain sum, centred_sum_from_sum) and
    * sum((x - m1)^2) (16-bit rows: about mt); RMSNorm: sum(x^2) */
-  constexpr bool kCentredSum = LN && sizeof(T) == 4;
+  constexpr bool kCentredSum = LN && !kOwnMean; /* (fp32 rows) */
   const float centre = kOwnMean ? mt : m1;
   float c2[2] = {0.f, 0.f}, q2[2] = {0.f, 0.f};
 #pragma unroll
