@@ -429,12 +429,13 @@ static void cuda_sizes(void) {
   /* 16-bit LayerNorm on a 1e4 offset in the forms whose correction sum is taken from the
    * thread's plain sum (centred_sum_from_sum): the packed rows form (fp16 16384 and 32768; its
    * bf16 offset cases above sum exactly, bf16 values near 1e4 being multiples of 64), the rows
-   * form (fp16 2048, 64 values a lane) and the lean form over a cluster (fp16 65536 and 262144).
-   * fp16 values near 1e4 are multiples of 8, whose sums of a row round in fp32. Not under
-   * --quick. */
+   * form (fp16 2048, 64 values a lane) and the lean form over a cluster (fp16 65536 and 262144);
+   * and fp16 5120 in the packed form, whose lanes hold 160 values (not a power of two, so the
+   * thread's own mean rounds and Chan's update keeps its cross term). fp16 values near 1e4 are
+   * multiples of 8, whose sums of a row round in fp32. Not under --quick. */
   if (!g_opt.quick) {
-    static const int64_t offset_rows[][2] = {
-        {16384, 2048}, {32768, 1024}, {2048, 40961}, {65536, 240}, {262144, 40}};
+    static const int64_t offset_rows[][2] = {{16384, 2048}, {32768, 1024}, {2048, 40961},
+                                             {65536, 240},  {262144, 40},  {5120, 6554}};
     for (s = 0; s < (int)(sizeof offset_rows / sizeof offset_rows[0]); s++)
       forward_hard_cases(FNORM_LAYERNORM, FNORM_DTYPE_F16, offset_rows[s][1], offset_rows[s][0], 0,
                          0);
