@@ -557,17 +557,19 @@ static void cuda_sizes(void) {
     }
   }
   /* The backward's batch tier (bwd_batch_kernel, sm_90, from x; batch_shape): 16-bit
-   * LayerNorm and RMSNorm rows of 5120 (4 rows a round), 8192 (2), and 16384 and 32768 (2, over
-   * a cluster of 2 and 4 CTAs) with 16-bit gamma, from 2^25 elements; 8192-32768 with one row
-   * more, so that the last round has a row past the last (5120: 6554 rows, two past). The backward
+   * LayerNorm and RMSNorm rows of 5120 (4 rows a round) and 8192 (2), LayerNorm rows of 16384,
+   * 32768 and 65536 (2, over a cluster of 2, 8 and 16 CTAs; 65536 up to 2^26 elements) with 16-bit
+   * gamma, from 2^25 elements (RMSNorm rows of 16384 and 32768 test the ring's RMS form, which
+   * takes them); 8192-65536 with one row more, so that the last round has a row past the last
+   * (5120: 6554 rows, two past). The backward
    * from x only (from y takes other tiers), each also with aligned strided rows (with a gap) and no
    * gamma/beta, and on a 1e4 offset (even entries) or with NaN/Inf in dy (odd ones); the first two
    * also without dx and with dx alone (the kernel's two early exits); RMSNorm also without dbeta
    * (the kernel's RMS form; with dbeta the general one). Under --quick the first alone. */
   {
-    static const case_shape batch[] = {{3, 0, 5120},  {1, 0, 8192}, {1, 1, 5120},  {3, 1, 8192},
-                                       {1, 0, 5120},  {3, 0, 8192}, {3, 0, 16384}, {1, 1, 32768},
-                                       {1, 0, 32768}, {3, 1, 16384}};
+    static const case_shape batch[] = {{3, 0, 5120},  {1, 0, 8192},  {1, 1, 5120},  {3, 1, 8192},
+                                       {1, 0, 5120},  {3, 0, 8192},  {3, 0, 16384}, {1, 1, 32768},
+                                       {1, 0, 32768}, {3, 1, 16384}, {3, 0, 65536}, {1, 0, 65536}};
     for (s = 0; s < (int)(sizeof batch / sizeof batch[0]); s++) {
       const int64_t cols = batch[s].cols;
       const int64_t rows = (((int64_t)1 << 25) + cols - 1) / cols + (cols >= 8192);

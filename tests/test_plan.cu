@@ -476,7 +476,8 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
                 p.param_dtype != FNORM_DTYPE_F32 && threads > 0,
             "backward batch tier: sm_90, 16-bit 16-byte rows from x with 16-bit gamma, the "
             "lengths batch_shape names");
-    require(p.rows * p.cols >= ((int64_t)1 << 25), "backward batch tier: from 2^25 elements");
+    require(p.rows * p.cols >= ((int64_t)1 << 25) && p.rows * p.cols <= batch_max_elements(p.cols),
+            "backward batch tier: from 2^25 elements, up to batch_max_elements");
     require(pl.threads == threads && pl.vpt == vpt && pl.round_rows == rows && pl.nbuf == stages &&
                 pl.cluster == cluster && (int64_t)threads * vpt * vec * cluster == p.cols,
             "backward batch tier: batch_shape's shape, the row exactly its cluster's vectors");
@@ -486,8 +487,8 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
     require(kTuningBuild || pl.cluster == 1 || p.norm == FNORM_LAYERNORM,
             "backward batch tier: clusters only of LayerNorm rows");
     require(pl.nparts >= 1 && pl.nparts <= cdiv(p.rows, rows) &&
-                pl.grid == pl.nparts * pl.cluster && pl.cluster <= 4,
-            "backward batch tier: a partial row a cluster of up to 4, a round a cluster at least");
+                pl.grid == pl.nparts * pl.cluster && pl.cluster <= 16,
+            "backward batch tier: a partial row a cluster of up to 16, a round a cluster at least");
     break;
   }
   default:

@@ -35,7 +35,8 @@
  *                    elements (batch_shape): a CTA a row, 2-4 rows a round sharing one CTA
  *                    barrier and the accumulators, each thread's vectors staged by its own
  *                    cp.async rounds ahead and read twice from shared memory; LayerNorm rows
- *                    of 16384 and 32768 over a cluster of 2 and 4 such CTAs.
+ *                    of 16384 over a cluster of 2 such CTAs, of 32768 and 65536 (up to 2^26
+ *                    elements) over 8 and 16 CTAs of 128 threads, two an SM.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
@@ -474,7 +475,7 @@ __global__ void __launch_bounds__(256) bwd_warp_kernel(BwdParams a) {
  * elements): LayerNorm bf16 5120 77.9 -> 88.9 / 85.4 -> 91.1, 8192 78.5 -> 90.2 / 88.1 ->
  * 95.1, fp16 5120 79.0 -> 88.7 / 86.5 -> 90.8, 8192 78.4 -> 88.4 / 88.2 -> 93.3; RMSNorm 5120
  * +2 to +4.5, 8192 +2.5 to +8; fp16 LayerNorm 4096 x 8192 through graph replay 63.7 -> 79.8,
- * RMSNorm 77.4 -> 90.3. */
+ * RMSNorm 77.4 -> 90.3. Its shapes over a cluster, and what they gained: batch_shape. */
 template <typename T, typename P, int THREADS, int VPT, int R, int S, bool RMS, int CL = 1>
 __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
   pdl_allow_dependents();
@@ -704,8 +705,11 @@ template <typename T, typename P> static void (*bwd_batch_pick(int64_t cols, boo
       return rms ? bwd_batch_kernel<T, P, 256, 4, 2, 2, true, 2>
                  : bwd_batch_kernel<T, P, 256, 4, 2, 2, false, 2>;
     if (cols == 32768)
-      return rms ? bwd_batch_kernel<T, P, 256, 4, 2, 2, true, 4>
-                 : bwd_batch_kernel<T, P, 256, 4, 2, 2, false, 4>;
+      return rms ? bwd_batch_kernel<T, P, 128, 4, 2, 2, true, 8>
+                 : bwd_batch_kernel<T, P, 128, 4, 2, 2, false, 8>;
+    if (cols == 65536)
+      return rms ? bwd_batch_kernel<T, P, 128, 4, 2, 2, true, 16>
+                 : bwd_batch_kernel<T, P, 128, 4, 2, 2, false, 16>;
   }
   return nullptr;
 }

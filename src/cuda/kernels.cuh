@@ -302,9 +302,18 @@ constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols, int ele
  * vectors 78.9); 8192 over 256 threads of 4 vectors, 2 rows (89.4-89.9; 512 threads of 2, 1 row
  * 78.5, 2 rows 84.9; 3 rows 79.2; 3 stages 88.4). 16384 in one CTA (512 threads of 4 vectors,
  * a row a round, 3 stages: 86.7-87.5 in the probe against the ring's 83.8) lost 2-3.6 points to
- * the ring in the library at 8192 rows (A/B runs BN2, BN3); with `clustered`, rows of 16384 and
- * 32768 take the 8192 shape over a cluster of `cluster` CTAs (plan_backward says which). Zero
- * where it has no shape. */
+ * the ring in the library at 8192 rows (A/B runs BN2, BN3); with `clustered` (plan_backward says
+ * which rows), rows of 16384 take the 8192 shape over a cluster of 2 CTAs, and rows of 32768 and
+ * 65536 CTAs of 128 threads of 4 vectors over a cluster of 8 and 16: at about 208 registers two
+ * such CTAs share an SM, and one's wait for the cluster's sums overlaps the other's work. A/B runs
+ * DT and DU (session 43, H200, release builds, LayerNorm, % of the copy; runs BN4 and DS below
+ * it): 32768 over 8 CTAs of 128 threads against 4 of 256, bf16 80.6-80.7 -> 82.3-82.4 and fp16
+ * 79.2 -> 81.8-81.9 at 2^27 elements, +1.4 to +2.8 at 2^25-2^26; 16384 over 4 of 128 +0.7 to
+ * +0.8 at 2^25 but -1.4 to -1.6 at 2^27 (kept over 2 of 256); 65536 over 16 of 128 against the
+ * ring +5.7 to +6.2 at 2^25, +0.8 to +1.1 at 2^26, -4.2 at 2^27 (batch_max_elements). RMSNorm's
+ * rows in those shapes ran 4-16 points under the ring's RMS form (run DT), as in run BN4, and
+ * keep it. Three stages instead of two (A/B run DS: 8192, and 16384 and 32768 over 2 and 4 CTAs
+ * of 256) were 0.5-2.7 points slower. Zero where it has no shape. */
 constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt, int &rows,
                            int &stages, int &cluster, bool clustered = true) {
   threads = vpt = rows = stages = cluster = 0;
@@ -314,8 +323,17 @@ constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt,
     threads = 320, vpt = 2, rows = 4, stages = 2, cluster = 1;
   else if (cols == 8192)
     threads = 256, vpt = 4, rows = 2, stages = 2, cluster = 1;
-  else if (clustered && (cols == 16384 || cols == 32768))
-    threads = 256, vpt = 4, rows = 2, stages = 2, cluster = (int)(cols / 8192);
+  else if (clustered && cols == 16384)
+    threads = 256, vpt = 4, rows = 2, stages = 2, cluster = 2;
+  else if (clustered && (cols == 32768 || cols == 65536))
+    threads = 128, vpt = 4, rows = 2, stages = 2, cluster = (int)(cols / 4096);
+}
+
+/* The elements (rows * cols) up to which the batch tier takes rows of `cols` (it takes them from
+ * 2^25): 65536 up to 2^26 (A/B run DU: +5.7 to +6.2 points at 512 rows, +0.8 to +1.1 at 1024,
+ * -4.2 at 2048, where the ring keeps them), the others without bound. */
+constexpr int64_t batch_max_elements(int64_t cols) {
+  return cols == 65536 ? (int64_t)1 << 26 : INT64_MAX;
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each
