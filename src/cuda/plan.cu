@@ -175,8 +175,8 @@ struct Tuning {
   int bwd_batch;            /* backward (sm_90), from x, 16-bit rows batch_shape names with gamma
                                in their dtype, from 2^25 elements: 2 LayerNorm and RMSNorm rows
                                take the batch tier, 1 LayerNorm rows only, 0 none */
-  int bwd_batch_cl;         /* ... 1 also LayerNorm rows of 16384 and 32768 over a cluster of 2
-                               and 4 such CTAs of 8192, 2 RMSNorm rows too, 0 none */
+  int bwd_batch_cl;         /* ... 1 also LayerNorm rows of 16384, 32768 and 65536 over a
+                               cluster (batch_shape), 2 RMSNorm rows too, 0 none */
   int fwd_packed_cl;        /* forward (sm_90): packed_rows_shape's cl_form for 16-bit RMSNorm
                                rows of 2-8 chunks over a cluster (1 chunks of 16384, 2 of
                                32768), 0 none */
@@ -1033,8 +1033,9 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   const int ring_vpt = wide_vpt ? kRingVptWide : kRingVpt;
   /* The batch tier (bwd_batch_kernel): 16-bit rows of the lengths batch_shape names, from x,
    * gamma in their dtype, from 2^25 elements (more than L2 holds, as the forward's rows forms),
-   * on sm_90, where it was measured; a CTA an SM (shared memory and registers), one partial row
-   * a CTA or cluster. LayerNorm rows of 16384 and 32768 over a cluster of 2 and 4 CTAs of 8192:
+   * on sm_90, where it was measured; a CTA an SM (shared memory and registers; two of 128 threads
+   * over a cluster), one partial row a CTA or cluster. LayerNorm rows of 16384 and 32768 over a
+   * cluster of 2 and 4 CTAs of 8192 (the first form):
    * A/B run BN4 (H200, tuning build, the ring against it, % of the copy at 2^26 / 2^27
    * elements): bf16 16384 73.7 -> 78.3 / 83.6 -> 84.0, 32768 69.2 -> 74.1 / 77.3 -> 80.0, fp16
    * 16384 73.8 -> 79.0 / 83.4 -> 84.0, 32768 69.3 -> 73.7 / 78.1 -> 79.3; RMSNorm lost 4.5 to 7.4
