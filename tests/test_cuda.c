@@ -319,13 +319,13 @@ static void cuda_sizes(void) {
                                            {1, 0, 524288}, {2, 0, 262144}, {2, 0, 131072},
                                            {1, 0, 262144}};
     static const case_shape lean_tune[] = {{3, 0, 131072}, {0, 1, 131072}};
-    forward_cases(lean_cl4, 7, 240, 1);
+    forward_cases(lean_cl4, (int)(sizeof lean_cl4 / sizeof lean_cl4[0]), 240, 1);
     /* bf16 LayerNorm with bf16 gamma and beta takes the FULL forms' GB variant (presence known at
      * compile time: runs CA, CC): 65536 over a cluster, and under --quick too. */
     if (g_opt.quick) {
       forward_cases(lean_cl4 + 5, 1, 240, 1);
     } else {
-      forward_cases(lean_cl16, 7, 40, 0);
+      forward_cases(lean_cl16, (int)(sizeof lean_cl16 / sizeof lean_cl16[0]), 40, 0);
       forward_cases(lean_tune, 2, 80, 0);
       tcase c = tcase_default(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 80, 65536);
       c.input = INPUT_OFFSET_1E4;
