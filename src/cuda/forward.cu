@@ -810,9 +810,11 @@ __device__ __forceinline__ void fwd_reg_body(const FwdParams &a, int64_t chunk_v
   cluster_barrier(csize);
 }
 
+/* MAXT: the CTA size the kernel is built for (1024: tuning builds' FNORM_TUNE_FWD_REG_WIDE form,
+ * fp32 rows at half the vectors a thread). */
 template <typename T, typename P, int VEC, int VPT, bool LN_ONLY = false, bool ONEBAR = false,
-          bool FULL = false>
-__global__ void __launch_bounds__(512) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
+          bool FULL = false, int MAXT = 512>
+__global__ void __launch_bounds__(MAXT) fwd_reg_kernel(FwdParams a, int64_t chunk_vecs) {
   fwd_reg_body<T, P, VEC, VPT, LN_ONLY, ONEBAR, FULL>(a, chunk_vecs);
 }
 
@@ -2475,6 +2477,24 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     }
     if (k && plan.vpt == VPT)
       return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
+    /* Tuning builds (FNORM_TUNE_FWD_REG_WIDE=1): fp32 rows at half the vectors a thread in CTAs
+     * of up to 1024 threads, the same forms otherwise. */
+    if constexpr (kTuningBuild && sizeof(T) == 4 && VEC == 4) {
+      constexpr int W = VPT / 2;
+      if (plan.vpt == W) {
+        const bool full_w =
+            plan.chunk == (int64_t)plan.threads * W && a.cols == plan.chunk * plan.cluster * VEC;
+        void (*kw)(FwdParams, int64_t) =
+            a.layernorm ? fwd_reg_kernel<T, P, VEC, W, true, false, false, 1024>
+                        : fwd_reg_kernel<T, P, VEC, W, false, false, false, 1024>;
+        if (full_w && a.layernorm)
+          kw = fwd_reg_kernel<T, P, VEC, W, true, false, true, 1024>;
+        if (plan.variant && a.layernorm)
+          kw = full_w ? fwd_reg_kernel<T, P, VEC, W, true, true, true, 1024>
+                      : fwd_reg_kernel<T, P, VEC, W, true, true, false, 1024>;
+        return launch_kernel(kw, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
+      }
+    }
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW) {

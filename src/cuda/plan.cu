@@ -201,12 +201,16 @@ struct Tuning {
                                planned form */
   int fwd_loop_smem;        /* ... tuning builds: dynamic shared memory (bytes, unused) a CTA asks
                                for, to hold CTAs an SM down so that their rows stay in L1 */
+  int fwd_reg_wide;         /* forward register kernel (MODE_REG), tuning builds: 1 takes fp32
+                               rows at 4 vectors a thread in CTAs of up to 1024 threads (64
+                               registers, twice the warps at the same bytes: lead 18 after
+                               ncu25) instead of 8 in up to 512; 0 the planned form */
 };
 
 Tuning tuning() {
   Tuning t = {1,   2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,   0,    1, 32, 16, 1, 4,
               1,   1, 1, 0,   4,    1,   0,  0, 2, 0,  1, 1, 1, 1,    128, 1,    1, 1,  1,  4, 1,
-              512, 1, 1, 320, 3,    1,   0,  1, 1, 2,  1, 0, 0, 1,    -1,  1024, 0, 0,  0};
+              512, 1, 1, 320, 3,    1,   0,  1, 1, 2,  1, 0, 0, 1,    -1,  1024, 0, 0,  0,  0};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -273,6 +277,7 @@ Tuning tuning() {
   if (t.fwd_loop_form < 0 || t.fwd_loop_form > 4095)
     t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
+  t.fwd_reg_wide = tune_knob("FNORM_TUNE_FWD_REG_WIDE", t.fwd_reg_wide);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
     t.fwd_loop_smem = 0;
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
@@ -887,7 +892,9 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
   if (reg_fits) {
     pl.mode = MODE_REG;
     pl.vpt = vpt;
-    pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, vpt), 32));
+    if (kTuningBuild && tn.fwd_reg_wide == 1 && vec == 4 && dtype_bytes(p->dtype) == 4)
+      pl.vpt = vpt / 2; /* the same chunk over up to 2 * kMaxThreads threads */
+    pl.threads = (int)max64(64, round_up(ceil_div(pl.chunk, pl.vpt), 32));
     /* fp32 LayerNorm's chunk statistics behind one barrier (cta_ln_stats, each thread centred
      * on its own mean) instead of two sums behind two. Sweeps 41-42 (H200, 2^27 elements):
      * fp32 N = 40960-262144 +0.9 to +4.4 points (CTAs of 320-512 threads; 64 rows of 262144
