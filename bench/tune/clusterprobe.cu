@@ -40,6 +40,22 @@ __global__ void record_sm(int *sm_of_cta) {
   }
 }
 
+/* A launch of `grid` CTAs of `threads` in clusters of cl, with smem bytes of dynamic shared memory
+ * (attr must outlive cfg). */
+static void cluster_config(cudaLaunchConfig_t &cfg, cudaLaunchAttribute (&attr)[1], int grid,
+                           int threads, size_t smem, int cl) {
+  cfg = cudaLaunchConfig_t{};
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cl;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+}
+
 template <int U>
 __global__ void copy_steps(const float4 *__restrict__ src, float4 *dst, long long n) {
   extern __shared__ unsigned char smem[];
@@ -64,9 +80,26 @@ __global__ void copy_steps(const float4 *__restrict__ src, float4 *dst, long lon
   }
 }
 
-static float median_ms(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+/* The median time of 20 calls of launch() (after 3 more), each between two events. */
+template <typename F> static float median_launch_ms(F launch) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> t;
+  for (int it = 0; it < 23; ++it) {
+    cudaEventRecord(e0);
+    launch();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (it >= 3)
+      t.push_back(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 template <int U>
@@ -75,17 +108,9 @@ static void copy_case(int per_sm, int cl, int smem_sm, const float4 *src, float4
   const size_t smem = (size_t)(smem_sm / (per_sm + 1) + 1024);
   cudaFuncSetAttribute(copy_steps<U>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   cudaFuncSetAttribute(copy_steps<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  cudaLaunchConfig_t cfg = {};
+  cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(cl, 1, 1);
-  cfg.blockDim = dim3(512, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cl;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cluster_config(cfg, attr, cl, 512, smem, cl);
   int nclusters = 0;
   if (cudaOccupancyMaxActiveClusters(&nclusters, copy_steps<U>, &cfg) != cudaSuccess ||
       nclusters < 1) {
@@ -94,25 +119,9 @@ static void copy_case(int per_sm, int cl, int smem_sm, const float4 *src, float4
     return;
   }
   cfg.gridDim = dim3(nclusters * cl, 1, 1);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int it = 0; it < 23; ++it) {
-    cudaEventRecord(e0);
-    cudaLaunchKernelEx(&cfg, copy_steps<U>, src, dst, n);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (it >= 3)
-      t.push_back(ms);
-  }
-  const float ms = median_ms(t);
+  const float ms = median_launch_ms([&] { cudaLaunchKernelEx(&cfg, copy_steps<U>, src, dst, n); });
   printf("%d,%d,%d,%d,%.1f,%.1f\n", U, per_sm, cl, nclusters * cl, 2.0 * n * 16 / ms / 1e6,
          100.0 * memcpy_ms / ms);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 }
 
 static int copy_mode(int smem_sm) {
@@ -121,21 +130,8 @@ static int copy_mode(int smem_sm) {
   cudaMalloc(&src, bytes);
   cudaMalloc(&dst, bytes);
   cudaMemset(src, 1, bytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int it = 0; it < 23; ++it) {
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (it >= 3)
-      t.push_back(ms);
-  }
-  const float mc = median_ms(t);
+  const float mc =
+      median_launch_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); });
   printf("# cudaMemcpyAsync of 2^29 bytes: %.1f GB/s\n", 2.0 * bytes / mc / 1e6);
   printf("vectors_a_step,ctas_per_sm,cluster,ctas,gbps,pct_of_memcpy\n");
   const int per_sm_list[] = {1, 2};
@@ -181,17 +177,9 @@ int main(int argc, char **argv) {
         cudaFuncSetAttribute(record_sm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         int blocks = 0;
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, record_sm, threads, smem);
-        cudaLaunchConfig_t cfg = {};
+        cudaLaunchConfig_t cfg;
         cudaLaunchAttribute attr[1];
-        cfg.gridDim = dim3(cl, 1, 1);
-        cfg.blockDim = dim3(threads, 1, 1);
-        cfg.dynamicSmemBytes = smem;
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = cl;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cluster_config(cfg, attr, cl, threads, smem, cl);
         int nclusters = 0;
         if (cudaOccupancyMaxActiveClusters(&nclusters, record_sm, &cfg) != cudaSuccess) {
           cudaGetLastError();
