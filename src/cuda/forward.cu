@@ -2013,6 +2013,42 @@ __global__ void __launch_bounds__(512, 1)
 #endif
 }
 
+/* fwd_reg_kernel's form for the plan (nullptr if none), at VPT vectors a thread in CTAs of up
+ * to MAXT threads. LayerNorm rows: the LayerNorm-only form; RMSNorm rows: the run-time form.
+ * full: every CTA's chunk exactly its threads' vectors. The FULL forms, on LayerNorm rows and
+ * 16-bit RMSNorm rows: A/B runs AH2-AH3 (H200, 2^27 elements, builds alternated), LayerNorm
+ * 16-bit N = 24576-262144 +6 to +18%, fp32 +4 to +38% (262144: 63% -> 87% of the copy), 64 rows
+ * of 65536-262144 +8 to +16%; 16-bit RMSNorm +1 to +13% (bf16 32768 -1.1%); fp32 RMSNorm lost
+ * 18-29% at N = 40960-262144 (the stall of the RMSNorm-only form above), so it keeps the form
+ * with tests. */
+template <typename T, typename P, int VEC, int VPT, int MAXT>
+static void (*fwd_reg_pick(const Plan &plan, const FwdParams &a))(FwdParams, int64_t) {
+  const bool full = VEC * sizeof(T) == 16 && plan.chunk == (int64_t)plan.threads * VPT &&
+                    a.cols == plan.chunk * plan.cluster * VEC;
+  void (*k)(FwdParams, int64_t) = a.layernorm
+                                      ? fwd_reg_kernel<T, P, VEC, VPT, true, false, false, MAXT>
+                                      : fwd_reg_kernel<T, P, VEC, VPT, false, false, false, MAXT>;
+  if constexpr (VEC * sizeof(T) == 16) {
+    if (full && a.layernorm)
+      k = fwd_reg_kernel<T, P, VEC, VPT, true, false, true, MAXT>;
+    if constexpr (sizeof(T) == 2)
+      if (full && !a.layernorm)
+        k = fwd_reg_kernel<T, P, VEC, VPT, false, false, true, MAXT>;
+  }
+  /* ONEBAR: planned on fp32 LayerNorm rows (tuning builds: on all LayerNorm rows). */
+  if (plan.variant) {
+    k = nullptr;
+    if constexpr (sizeof(T) == 4 || kTuningBuild)
+      if (a.layernorm) {
+        k = fwd_reg_kernel<T, P, VEC, VPT, true, true, false, MAXT>;
+        if constexpr (VEC * sizeof(T) == 16)
+          if (full)
+            k = fwd_reg_kernel<T, P, VEC, VPT, true, true, true, MAXT>;
+      }
+  }
+  return k;
+}
+
 /* The warp tier's kernel for `group` lanes a row and VPT vectors a lane (nullptr if none); PSM:
  * the experimental form with gamma/beta in shared memory (tuning builds only); FULL: rows of
  * exactly group * VPT vectors. */
@@ -2446,55 +2482,16 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = fwd_reg_vpt(VEC);
-    /* LayerNorm rows: the LayerNorm-only form; RMSNorm rows: the run-time form. */
-    /* full: every CTA's chunk exactly its threads' vectors. The FULL forms, on LayerNorm rows
-     * and 16-bit RMSNorm rows: A/B runs AH2-AH3 (H200, 2^27 elements, builds alternated),
-     * LayerNorm 16-bit N = 24576-262144 +6 to +18%, fp32 +4 to +38% (262144: 63% -> 87% of the
-     * copy), 64 rows of 65536-262144 +8 to +16%; 16-bit RMSNorm +1 to +13% (bf16 32768 -1.1%);
-     * fp32 RMSNorm lost 18-29% at N = 40960-262144 (the stall of the RMSNorm-only form above),
-     * so it keeps the form with tests. */
-    const bool full = VEC * sizeof(T) == 16 && plan.chunk == (int64_t)plan.threads * VPT &&
-                      a.cols == plan.chunk * plan.cluster * VEC;
-    void (*k)(FwdParams, int64_t) =
-        a.layernorm ? fwd_reg_kernel<T, P, VEC, VPT, true> : fwd_reg_kernel<T, P, VEC, VPT, false>;
-    if constexpr (VEC * sizeof(T) == 16) {
-      if (full && a.layernorm)
-        k = fwd_reg_kernel<T, P, VEC, VPT, true, false, true>;
-      if constexpr (sizeof(T) == 2)
-        if (full && !a.layernorm)
-          k = fwd_reg_kernel<T, P, VEC, VPT, false, false, true>;
-    }
-    /* ONEBAR: planned on fp32 LayerNorm rows (tuning builds: on all LayerNorm rows). */
-    if (plan.variant) {
-      k = nullptr;
-      if constexpr (sizeof(T) == 4 || kTuningBuild)
-        if (a.layernorm) {
-          k = fwd_reg_kernel<T, P, VEC, VPT, true, true>;
-          if constexpr (VEC * sizeof(T) == 16)
-            if (full)
-              k = fwd_reg_kernel<T, P, VEC, VPT, true, true, true>;
-        }
-    }
-    if (k && plan.vpt == VPT)
-      return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
+    void (*k)(FwdParams, int64_t) = nullptr;
+    if (plan.vpt == VPT)
+      k = fwd_reg_pick<T, P, VEC, VPT, 512>(plan, a);
     /* Tuning builds (FNORM_TUNE_FWD_REG_WIDE=1): fp32 rows at half the vectors a thread in CTAs
      * of up to 1024 threads, the same forms otherwise. */
-    if constexpr (kTuningBuild && sizeof(T) == 4 && VEC == 4) {
-      constexpr int W = VPT / 2;
-      if (plan.vpt == W) {
-        const bool full_w =
-            plan.chunk == (int64_t)plan.threads * W && a.cols == plan.chunk * plan.cluster * VEC;
-        void (*kw)(FwdParams, int64_t) =
-            a.layernorm ? fwd_reg_kernel<T, P, VEC, W, true, false, false, 1024>
-                        : fwd_reg_kernel<T, P, VEC, W, false, false, false, 1024>;
-        if (full_w && a.layernorm)
-          kw = fwd_reg_kernel<T, P, VEC, W, true, false, true, 1024>;
-        if (plan.variant && a.layernorm)
-          kw = full_w ? fwd_reg_kernel<T, P, VEC, W, true, true, true, 1024>
-                      : fwd_reg_kernel<T, P, VEC, W, true, true, false, 1024>;
-        return launch_kernel(kw, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
-      }
-    }
+    if constexpr (kTuningBuild && sizeof(T) == 4 && VEC == 4)
+      if (plan.vpt == VPT / 2)
+        k = fwd_reg_pick<T, P, VEC, VPT / 2, 1024>(plan, a);
+    if (k)
+      return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk);
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW) {

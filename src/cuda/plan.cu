@@ -277,9 +277,9 @@ Tuning tuning() {
   if (t.fwd_loop_form < 0 || t.fwd_loop_form > 4095)
     t.fwd_loop_form = 0;
   t.fwd_loop_smem = tune_knob("FNORM_TUNE_FWD_LOOP_SMEM", t.fwd_loop_smem);
-  t.fwd_reg_wide = tune_knob("FNORM_TUNE_FWD_REG_WIDE", t.fwd_reg_wide);
   if (t.fwd_loop_smem < 0 || t.fwd_loop_smem > 200 * 1024)
     t.fwd_loop_smem = 0;
+  t.fwd_reg_wide = tune_knob("FNORM_TUNE_FWD_REG_WIDE", t.fwd_reg_wide);
   if (t.fwd_bulk_pieces < 1 || t.fwd_bulk_pieces > kBulkMaxPieces)
     t.fwd_bulk_pieces = 4; /* the default */
   if (t.bwd_resident_threads < 64 || t.bwd_resident_threads > kMaxThreads ||
