@@ -192,6 +192,10 @@ FNORM_API fnorm_status fnorm_device_available(fnorm_device device);
  * Pointers must be aligned to their element size (FNORM_ERR_MISALIGNED otherwise); larger
  * alignment (16 bytes) and packed rows let the CUDA kernels use vector access, but are not
  * required. NaN or Inf in a row gives NaN/Inf in that row's y, mean and rstd only.
+ * CUDA, sm_90: fp32 RMSNorm rows of more than 262144 elements (not in place) run as one
+ * cooperative launch of every CTA the device holds at once, which uses y as its scratch until
+ * it writes it; where the device cannot give the launch all of its SMs (e.g. an MPS client
+ * limited to fewer), the call returns FNORM_ERR_CUDA.
  * ------------------------------------------------------------------------------------------- */
 typedef struct fnorm_forward_args {
   const void *x;     /* required. [rows][x_stride] of dtype: the input */

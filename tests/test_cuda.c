@@ -301,6 +301,25 @@ static void cuda_sizes(void) {
     forward_cases(bulk_form, 1, 19, 1);
     forward_cases(bulk_form + 1, 1, 40, 0);
   }
+  /* The forward hold kernel (fp32 RMSNorm rows past the register kernel's on sm_90, not in place:
+   * each row held whole in shared memory, cut into chunks over one cooperative launch of two
+   * CTAs an SM, hold_shape), beside the same LayerNorm rows (the streaming kernel; in tuning
+   * builds with FNORM_TUNE_FWD_HOLD=2 the hold kernel's LayerNorm form): 802816 (33 chunks of
+   * 6082 vectors, 8 rows at a time on an H200) at 19 rows (a last round of 3 rows), with explicit
+   * strides and no gamma, beta, mean or rstd too; 300004 at 80 rows (a shorter last chunk); 2^20
+   * at one row (over every CTA); the 1e4 offset, NaN/Inf rows, and in place (the streaming
+   * kernel instead). Under --quick 802816 alone. */
+  {
+    static const case_shape hold_form[] = {{0, 0, 802816}, {0, 1, 802816},  {0, 0, 300004},
+                                           {0, 1, 300004}, {0, 0, 1048576}, {0, 1, 1048576}};
+    forward_cases(hold_form, 2, 19, 2);
+    if (!g_opt.quick) {
+      forward_cases(hold_form + 2, 2, 80, 0);
+      forward_cases(hold_form + 4, 2, 1, 0);
+      forward_hard_cases(FNORM_LAYERNORM, FNORM_DTYPE_F32, 24, 802816, 0, 1);
+      forward_hard_cases(FNORM_RMSNORM, FNORM_DTYPE_F32, 24, 802816, 1, 0);
+    }
+  }
   /* The lean form over a cluster (sm_90, persistent: as many clusters as are resident, each
    * looping over rows): 16-bit rows of 32769-65535 elements (over 4 CTAs of up to 512 threads,
    * about 200 clusters resident on an H200; 240 rows) and of 262144-524288 (over 16, 33 clusters
@@ -1042,21 +1061,26 @@ static void cuda_special(void) {
       "forward eps=0",  "backward dgamma == dx", "backward workspace one byte too small"};
   int k;
   group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");
-  for (k = 0; k < 2; k++) {
+  /* (RMSNorm fp32 802816: the forward's hold kernel, a cooperative launch, on sm_90) */
+  for (k = 0; k < 3; k++) {
 #ifdef FNORM_TESTS_HAVE_CUDA
     if (gpu != NULL) {
       if (k == 0)
         graph_case(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024);
-      else
+      else if (k == 1)
         graph_case(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385);
+      else
+        graph_case(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816);
       continue;
     }
 #endif
     /* Only counted: same names as above. */
     if (k == 0)
       case_begin("cuda graph ln bf16/pf32 N=1024 M=300: forward+backward captured and replayed");
-    else
+    else if (k == 1)
       case_begin("cuda graph rms f32/psame N=16385 M=7: forward+backward captured and replayed");
+    else
+      case_begin("cuda graph rms f32/psame N=802816 M=19: forward+backward captured and replayed");
   }
   for (k = 0; k < 6; k++) {
 #ifdef FNORM_TESTS_HAVE_CUDA

@@ -340,6 +340,27 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "(sweeps 91-99, A/B runs CP-CY)");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward loop kernel: a CTA a row");
     break;
+  case MODE_HOLD: {
+    require(wide && dev.cc_major >= 9, "forward hold kernel: 16-byte rows, sm_90");
+    require(kTuningBuild || (p.dtype == FNORM_DTYPE_F32 && p.norm == FNORM_RMSNORM),
+            "forward hold kernel: fp32 RMSNorm rows (16-bit ones past the register kernel's take "
+            "the bulk-copy kernel, LayerNorm ones the streaming kernel: A/B run EB)");
+    require(nvec > 16 * 512 * (int64_t)fwd_reg_vpt(vec),
+            "forward hold kernel: only rows the register kernel's clusters cannot hold");
+    const int64_t cap = hold_cap_vecs(dev.smem_per_sm);
+    require(pl.threads == kHoldThreads && pl.cluster == 1 && pl.nbuf == kHoldParts &&
+                pl.smem == (size_t)cap * 16,
+            "forward hold kernel: 512-thread CTAs, no cluster, shared memory for half an SM");
+    require(pl.nchunks >= 1 && pl.chunk <= cap && pl.chunk * pl.nchunks >= nvec &&
+                pl.chunk * (pl.nchunks - 1) < nvec &&
+                nvec - pl.chunk * (pl.nchunks - 1) >= pl.nchunks + 1,
+            "forward hold kernel: the row covered by chunks that fit, each with room for the "
+            "posts and their count");
+    require(pl.grid % pl.nchunks == 0 && pl.grid >= pl.nchunks &&
+                pl.grid <= 2 * (int64_t)dev.sm_count && pl.grid / pl.nchunks <= p.rows,
+            "forward hold kernel: whole rows of chunks, at most two CTAs an SM, no idle slot");
+    break;
+  }
   case MODE_STREAM:
     require(wide, "forward streaming kernel: 16-byte rows");
     require(pl.chunk * pl.cluster >= nvec, "forward streaming kernel: the row covered");
@@ -516,9 +537,11 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
   for (int v = 0; v < (vecs[0] == 1 ? 1 : 2); ++v)
     for (int dir = 0; dir < 2; ++dir) {
       g_why[0] = 0;
-      if (dir == 0)
+      if (dir == 0) {
         check_forward(plan_forward(&p, vecs[v], d.info), p, vecs[v], d.info);
-      else
+        require(plan_forward(&p, vecs[v], d.info, true).mode != MODE_HOLD,
+                "forward in place: never the hold kernel (it posts statistics through y)");
+      } else
         check_backward(plan_backward(&p, vecs[v], d.info, false), p, vecs[v], d.info, false);
       if (dir == 1 && !g_why[0]) { /* and from y */
         Plan pl = plan_backward(&p, vecs[v], d.info, true);
@@ -856,6 +879,23 @@ void check_choices() {
     pl = plan_forward(&p, 8, h200.info);
     expect(h200, BF16, LN, 2048, 65536 + 8, false, pl.mode == MODE_REG && pl.variant == 0,
            "two barriers' statistics");
+  }
+  /* Forward: fp32 RMSNorm rows past the register kernel's take the hold kernel, not in place: 64
+   * x 802816 in 33 chunks of 6082 vectors, 8 rows at a time (8 rounds, every CTA busy); in place
+   * and on sm_80 the streaming kernel, and LayerNorm rows (A/B run EB). */
+  {
+    p = problem(F32, RMS, 64, 802816);
+    Plan pl = plan_forward(&p, 4, h200.info);
+    expect(h200, F32, RMS, 64, 802816, false,
+           pl.mode == MODE_HOLD && pl.nchunks == 33 && pl.chunk == 6082 && pl.grid == 264,
+           "the hold kernel, 33 chunks a row, 8 rows at a time");
+    expect(h200, F32, RMS, 64, 802816, false,
+           plan_forward(&p, 4, h200.info, true).mode == MODE_STREAM, "in place: streaming");
+    expect(a100, F32, RMS, 64, 802816, false, plan_forward(&p, 4, a100.info).mode == MODE_STREAM,
+           "sm_80: streaming");
+    p = problem(F32, LN, 64, 802816);
+    expect(h200, F32, LN, 64, 802816, false, plan_forward(&p, 4, h200.info).mode == MODE_STREAM,
+           "LayerNorm: streaming");
   }
   /* Backward: rows past the register ring, from x, 1.5 rows an SM or more: the ring's RESIDENT
    * form (fp32 since sweep 78); from y, or 160 rows: the stream tier (sweeps 41-43); fp32 rows

@@ -78,7 +78,8 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
   const void *row_ptrs[2] = {a->x, a->y};
   const int64_t strides[2] = {p->x_stride, p->y_stride};
   const void *params[2] = {a->gamma, a->beta};
-  const Plan plan = plan_forward(p, choose_vec(p, row_ptrs, strides, 2, params, 2), dev);
+  const Plan plan =
+      plan_forward(p, choose_vec(p, row_ptrs, strides, 2, params, 2), dev, a->x == a->y);
   FwdParams k = {};
   k.x = a->x;
   k.y = a->y;

@@ -44,6 +44,10 @@
  *  fwd_stream_kernel  fp32 vector rows too long for the register kernel (16-bit ones take
  *                     fwd_bulk_kernel or fwd_row_kernel): each CTA streams its chunk once for the
  *                     statistics and once for y, the second pass mostly from L2.
+ *  fwd_hold_kernel    fp32 RMSNorm vector rows too long for the register kernel (sm_90, not in
+ *                     place): each row held whole in shared memory, cut into chunks over every
+ *                     resident CTA of one cooperative launch, the chunks' statistics posted
+ *                     through y (the call has no workspace).
  *  fwd_bulk_kernel    16-bit vector rows past 2^16 vectors (sm_90) whose chunk a CTA's shared
  *                     memory holds: a cluster per row, the chunk copied in by bulk copies piece
  *                     by piece, each piece refilled with the next row's once its y is out.
@@ -1868,6 +1872,108 @@ static void (*fwd_loop_full_pick(int form, int vpt))(FwdParams) {
   }
 }
 
+/* ---- a CTA's chunk of a row staged in shared memory by bulk copies, in parts (sm_90) ----
+ * fwd_bulk_kernel and fwd_hold_kernel: the chunk's `count` vectors, thread t's vectors
+ * t + k * nt (k < kt), part p the rounds k in [p * kp, p * kp + kp) (vectors [lo(p), lo(p + 1))
+ * of the chunk; a part with none is never issued or waited on). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+struct StagedChunk {
+  int count, nt, kt, kp;
+};
+__device__ __forceinline__ StagedChunk staged_chunk(int count, int parts) {
+  StagedChunk c;
+  c.count = count;
+  c.nt = (int)blockDim.x;
+  c.kt = (count + c.nt - 1) / c.nt;
+  c.kp = (c.kt + parts - 1) / parts;
+  return c;
+}
+__device__ __forceinline__ int staged_lo(const StagedChunk &c, int p) {
+  return min(c.count, p * c.kp * c.nt);
+}
+/* Part p of the chunk of row `row` (x_chunk: the chunk's start in row 0) into the stage, on
+ * mbarrier full[p] (by one thread). */
+template <typename T, int VEC>
+__device__ __forceinline__ void staged_issue(const StagedChunk &c, Pack<T, VEC> *stage,
+                                             unsigned long long *full, const T *x_chunk,
+                                             int64_t x_stride, int p, int64_t row) {
+  const int lo = staged_lo(c, p), hi = staged_lo(c, p + 1);
+  if (lo < hi) {
+    const uint32_t bytes = (uint32_t)(hi - lo) * (uint32_t)sizeof(Pack<T, VEC>);
+    mbar_expect(&full[p], bytes);
+    bulk_load(stage + lo, x_chunk + row * x_stride + (int64_t)lo * VEC, bytes, &full[p]);
+  }
+}
+/* The thread's values of part p added into s4: their sum (LN) or their sum of squares. */
+template <typename T, int VEC, bool LN>
+__device__ __forceinline__ void staged_part_sums(const StagedChunk &c, const Pack<T, VEC> *stage,
+                                                 int p, float (&s4)[4]) {
+  const int kend = min(c.kt, (p + 1) * c.kp);
+  for (int k = p * c.kp; k < kend; ++k) {
+    const int i = (int)threadIdx.x + k * c.nt;
+    if (i >= c.count)
+      break;
+    float f[VEC];
+    unpack_f32<T, VEC>(stage[i], f);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      s4[e & 3] = LN ? s4[e & 3] + f[e] : fmaf(f[e], f[e], s4[e & 3]);
+  }
+}
+/* LayerNorm: the thread's values centred on base (their mean, a second pass over the stage):
+ * their mean is base + rel, their squared deviations m2t. */
+template <typename T, int VEC>
+__device__ __forceinline__ void staged_centred(const StagedChunk &c, const Pack<T, VEC> *stage,
+                                               float base, float inv_nt, float &rel, float &m2t) {
+  float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int i = (int)threadIdx.x; i < c.count; i += c.nt) {
+    float f[VEC];
+    unpack_f32<T, VEC>(stage[i], f);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float d = f[e] - base;
+      q1[e & 3] += d;
+      q2[e & 3] = fmaf(d, d, q2[e & 3]);
+    }
+  }
+  const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
+  rel = s1 * inv_nt;
+  m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
+}
+/* y of part p from the stage, ((x - ref) - off) * rstd * gamma + beta, into yr (the chunk's
+ * start in y; v0 its first vector in the row), BATCH vectors' gamma and beta loaded before their
+ * stores. */
+template <typename T, typename P, int VEC, int BATCH>
+__device__ __forceinline__ void staged_write_part(const StagedChunk &c, const Pack<T, VEC> *stage,
+                                                  const P *gamma, const P *beta, T *yr, int64_t v0,
+                                                  int p, float ref, float off, float rstd) {
+  const int kend = min(c.kt, (p + 1) * c.kp);
+  for (int k = p * c.kp; k < kend; k += BATCH) {
+    float g[BATCH][VEC], b[BATCH][VEC];
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) {
+      const int i = (int)threadIdx.x + (k + u) * c.nt;
+      if (k + u < kend && i < c.count) {
+        load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g[u]);
+        load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, b[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < BATCH; ++u) {
+      const int i = (int)threadIdx.x + (k + u) * c.nt;
+      if (k + u < kend && i < c.count) {
+        float f[VEC], out[VEC];
+        unpack_f32<T, VEC>(stage[i], f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          out[e] = fmaf(((f[e] - ref) - off) * rstd, g[u][e], b[u][e]);
+        store_vec<T, VEC>(yr + (int64_t)i * VEC, out);
+      }
+    }
+  }
+}
+#endif
+
 /* 16-bit rows past 2^16 vectors whose chunk fits in one CTA's shared memory (sm_90, plan_forward;
  * up to 16 x 225 KiB, 1.8 million elements): a cluster of CTAs per row, one CTA an SM by its
  * shared memory, persistent. Each CTA's chunk of x arrives by bulk copies, one per piece (whole
@@ -1898,16 +2004,12 @@ __global__ void __launch_bounds__(512, 1)
   const int64_t cluster_id = blockIdx.x / csize, nclusters = gridDim.x / csize;
   bulk_barriers_init(full, pieces, red, csize);
   const T *xchunk = (const T *)a.x + v0 * VEC;
+  const StagedChunk c = {count, nt, kt, kp};
   /* Vectors [lo, hi) of the chunk are piece p; a piece with none is never issued or waited on. */
-  auto piece_lo = [&](int p) { return min(count, p * kp * nt); };
+  auto piece_lo = [&](int p) { return staged_lo(c, p); };
   /* Piece p of the CTA's chunk of `row` into the stage (by thread 0). */
   auto issue = [&](int p, int64_t row) {
-    const int lo = piece_lo(p), hi = piece_lo(p + 1);
-    if (lo < hi) {
-      const uint32_t bytes = (uint32_t)(hi - lo) * (uint32_t)sizeof(V);
-      mbar_expect(&full[p], bytes);
-      bulk_load(stage + lo, xchunk + row * a.x_stride + (int64_t)lo * VEC, bytes, &full[p]);
-    }
+    staged_issue<T, VEC>(c, stage, full, xchunk, a.x_stride, p, row);
   };
   if (threadIdx.x == 0 && cluster_id < a.rows)
     for (int p = 0; p < pieces; ++p)
@@ -1926,37 +2028,14 @@ __global__ void __launch_bounds__(512, 1)
       if (piece_lo(p) >= piece_lo(p + 1))
         break;
       mbar_wait(&full[p], phase);
-      const int kend = min(kt, (p + 1) * kp);
-      for (int k = p * kp; k < kend; ++k) {
-        const int i = (int)threadIdx.x + k * nt;
-        if (i >= count)
-          break;
-        float f[VEC];
-        unpack_f32<T, VEC>(stage[i], f);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          s4[e & 3] = LN ? s4[e & 3] + f[e] : fmaf(f[e], f[e], s4[e & 3]);
-      }
+      staged_part_sums<T, VEC, LN>(c, stage, p, s4);
     }
     const float s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
     /* LayerNorm: the thread's values centred on their own mean (a second pass over them). */
     float base = 0.f, rel = 0.f, m2t = 0.f;
     if constexpr (LN) {
       base = s * counts.inv_nt;
-      float q1[4] = {0.f, 0.f, 0.f, 0.f}, q2[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int i = (int)threadIdx.x; i < count; i += nt) {
-        float f[VEC];
-        unpack_f32<T, VEC>(stage[i], f);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const float d = f[e] - base;
-          q1[e & 3] += d;
-          q2[e & 3] = fmaf(d, d, q2[e & 3]);
-        }
-      }
-      const float s1 = (q1[0] + q1[1]) + (q1[2] + q1[3]);
-      rel = s1 * counts.inv_nt; /* the thread's mean is base + rel */
-      m2t = ((q2[0] + q2[1]) + (q2[2] + q2[3])) - s1 * rel;
+      staged_centred<T, VEC>(c, stage, base, counts.inv_nt, rel, m2t);
     }
     const ChunkNorm cn =
         chunk_norm<LN>(base, rel, m2t, s, counts, red, round, xround, csize, inv_n, a.eps);
@@ -1971,6 +2050,8 @@ __global__ void __launch_bounds__(512, 1)
     for (int p = 0; p < pieces; ++p) {
       if (piece_lo(p) >= piece_lo(p + 1))
         break;
+      /* (inline, not staged_write_part<4>: as that call the compiler reordered this kernel and
+       * bf16 LayerNorm rows ran 1.7-4.2 points slower, A/B run ED on an H100) */
       const int kend = min(kt, (p + 1) * kp);
       for (int k = p * kp; k < kend; k += 4) {
         float g[4][VEC], b[4][VEC];
@@ -2011,6 +2092,206 @@ __global__ void __launch_bounds__(512, 1)
   (void)chunk_vecs;
   (void)pieces;
 #endif
+}
+
+/* fp32 RMSNorm rows too long for a cluster to hold in registers (N > 262144; sm_90, not in
+ * place; plan_forward; LayerNorm rows in tuning builds): each row held whole on chip, cut into
+ * `pieces` chunks over the CTAs of one cooperative launch of the CTAs resident at once (two an SM,
+ * hold_shape), `slots` rows at a time: CTA b takes chunk b % pieces of rows b / pieces, b / pieces
+ * + slots, ... As in fwd_bulk_kernel, the chunk arrives in shared memory by bulk copies in `parts`,
+ * is read there for the statistics and again for y, and each part is refilled with the CTA's chunk
+ * of its next row as soon as its y is written: x is read from DRAM once, and the next row's reads
+ * overlap this row's writes. The streaming kernel reads x twice (ncu11: 371-391 MB for 205.5 MB at
+ * 64 x 802816); a cluster of 16 holds such a row only at one CTA an SM, 7 clusters at once (sweeps
+ * 56-57); sweep 58 cut rows over the whole GPU with x read again from L2, a few vectors a
+ * thread a row, and its per-row posts and waits cost more than the second read saved. Here a
+ * CTA holds up to 111 KiB of a row, so the post and wait come once for that many bytes.
+ *
+ * The chunks' statistics meet through y, since the call has no workspace (as sweep 58's did):
+ * the first `pieces` 16-byte slots of every chunk of a row in y receive each chunk's (ref, c, m2,
+ * n) (RMSNorm: its sum of squares), and the next slot's first word counts them. A CTA writes its
+ * slot into every chunk of the row, each followed by a release add to that chunk's count; the
+ * chunk's own CTA waits (acquire) for all `pieces`, reads the slots and only then overwrites
+ * them with y. Each CTA zeroes its chunk's counts for all its rows before one grid-wide barrier
+ * (its first row's copies already in flight). Every CTA combines the slots in piece order with
+ * the same code, so all chunks of a row get the same statistics, whatever the timing. */
+template <typename T, typename P, int VEC, bool LN>
+__global__ void __launch_bounds__(kHoldThreads, 2)
+    fwd_hold_kernel(FwdParams a, int64_t chunk_vecs, int pieces, int parts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  typedef Pack<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ RingRed red;
+  __shared__ unsigned long long full[kBulkMaxPieces];
+  __shared__ float4 terms[2];
+  V *stage = reinterpret_cast<V *>(dyn_smem);
+  const int piece = (int)(blockIdx.x % (unsigned)pieces);
+  const int64_t slot = blockIdx.x / (unsigned)pieces, nslots = gridDim.x / (unsigned)pieces;
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)piece * chunk_vecs;
+  const int count = (int)chunk_count(nvec, chunk_vecs, piece);
+  const StagedChunk c = staged_chunk(count, parts);
+  bulk_barriers_init(full, parts, red, 1);
+  const T *xchunk = (const T *)a.x + v0 * VEC;
+  /* Chunk `at` of `row` in y as 16-byte slots, and the count of the posts it has received. */
+  auto post_slots = [&](int64_t row, int at) {
+    return reinterpret_cast<float4 *>((T *)a.y + row * a.y_stride + (int64_t)at * chunk_vecs * VEC);
+  };
+  auto post_count = [&](int64_t row, int at) {
+    return reinterpret_cast<unsigned *>(post_slots(row, at) + pieces);
+  };
+  if (threadIdx.x == 0 && slot < a.rows)
+    for (int p = 0; p < parts; ++p)
+      staged_issue<T, VEC>(c, stage, full, xchunk, a.x_stride, p, slot);
+  for (int64_t row = slot + (int64_t)threadIdx.x * nslots; row < a.rows;
+       row += (int64_t)c.nt * nslots)
+    *post_count(row, piece) = 0u;
+  cg::this_grid().sync(); /* every count zeroed before any post */
+  const int mine = count > (int)threadIdx.x ? (count - (int)threadIdx.x + c.nt - 1) / c.nt : 0;
+  const LnCounts counts = ln_counts(mine * VEC, (int64_t)count * VEC);
+  const float inv_n = count_rcp((float)a.cols);
+  int round = 0, term = 0;
+  uint32_t phase = 0;
+  for (int64_t row = slot; row < a.rows; row += nslots) {
+    /* The chunk's statistics: the first pass waits for each part in turn. */
+    float s4[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int p = 0; p < parts; ++p) {
+      if (staged_lo(c, p) >= staged_lo(c, p + 1))
+        break;
+      mbar_wait(&full[p], phase);
+      staged_part_sums<T, VEC, LN>(c, stage, p, s4);
+    }
+    const float s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    float4 post;
+    if constexpr (LN) { /* the thread's values centred on their own mean, then the CTA's */
+      const float base = s * counts.inv_nt;
+      float rel, m2t;
+      staged_centred<T, VEC>(c, stage, base, counts.inv_nt, rel, m2t);
+      const ChunkStats cs = cta_ln_combine(base, rel, m2t, counts, red.warp, round);
+      post = make_float4(cs.ref, cs.c, cs.m2, cs.n);
+    } else {
+      float v[1] = {s};
+      cta_sum<1>(v, red, round);
+      post = make_float4(v[0], 0.f, 0.f, 0.f);
+    }
+    /* Post the chunk's statistics to every chunk of the row. */
+    for (int t = (int)threadIdx.x; t < pieces; t += c.nt) {
+      __stcg(post_slots(row, t) + piece, post);
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(post_count(row, t)) : "memory");
+    }
+    /* Warp 0 waits for the row's posts, combines them and hands the row's terms to the CTA. */
+    if (threadIdx.x < 32) {
+      const int lane = (int)threadIdx.x;
+      const unsigned *cnt = post_count(row, piece);
+      unsigned seen = 0;
+      if (lane == 0)
+        do {
+          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(cnt) : "memory");
+        } while (seen < (unsigned)pieces);
+      __syncwarp();
+      /* each lane's own acquire: its reads of the slots follow every post */
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(cnt) : "memory");
+      const float4 *slots = post_slots(row, piece);
+      float4 res = make_float4(0.f, 0.f, 0.f, 0.f);
+      if constexpr (LN) {
+        /* Chan's combination of the chunks relative to chunk 0's reference, as
+         * ln_cluster_stats combines a cluster's CTAs. */
+        const float mref = __ldcg(&slots[0].x);
+        float sc[1] = {0.f}, m2[1] = {0.f};
+        for (int r = lane; r < pieces; r += 32) {
+          const float4 q = __ldcg(slots + r);
+          sc[0] += q.w * ((q.x - mref) + q.y);
+        }
+        group_sum<32, 1>(sc);
+        const float cr = sc[0] * inv_n;
+        for (int r = lane; r < pieces; r += 32) {
+          const float4 q = __ldcg(slots + r);
+          const float e = ((q.x - mref) + q.y) - cr;
+          m2[0] += fmaf(q.w * e, e, q.z);
+        }
+        group_sum<32, 1>(m2);
+        float var = m2[0] * inv_n;
+        var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
+        /* x normalizes as ((x - ref) - off) * rstd with this chunk's own ref */
+        res = make_float4(post.x, cr - (post.x - mref), 1.f / sqrtf(var + a.eps), mref + cr);
+      } else {
+        float ss[1] = {0.f};
+        for (int r = lane; r < pieces; r += 32)
+          ss[0] += __ldcg(&slots[r].x);
+        group_sum<32, 1>(ss);
+        res.z = 1.f / sqrtf(ss[0] * inv_n + a.eps);
+      }
+      if (lane == 0)
+        terms[term] = res;
+    }
+    __syncthreads(); /* the slots read before any y overwrites them */
+    const float4 res = terms[term];
+    term ^= 1; /* the barriers of the next row's sums separate this read from that slot's write */
+    const float ref = res.x, off = res.y, rstd = res.z;
+    if (piece == 0 && threadIdx.x == 0)
+      store_row_stats(a, row, res.w, rstd);
+    /* y, a part at a time; each part then takes the next row's copy. */
+    T *yr = (T *)a.y + row * a.y_stride + v0 * VEC;
+    const int64_t next = row + nslots;
+    for (int p = 0; p < parts; ++p) {
+      if (staged_lo(c, p) >= staged_lo(c, p + 1))
+        break;
+      staged_write_part<T, P, VEC, 2>(c, stage, (const P *)a.gamma, (const P *)a.beta, yr, v0, p,
+                                      ref, off, rstd);
+      if (next < a.rows) {
+        __syncthreads(); /* every thread is done with the part */
+        if (threadIdx.x == 0) {
+          fence_proxy_async();
+          staged_issue<T, VEC>(c, stage, full, xchunk, a.x_stride, p, next);
+        }
+      }
+    }
+    phase ^= 1u;
+  }
+#else
+  (void)a;
+  (void)chunk_vecs;
+  (void)pieces;
+  (void)parts;
+#endif
+}
+
+/* Launches fwd_hold_kernel: the rows cut again (hold_shape) by the CTAs the device holds at
+ * once at the plan's shared memory, as one cooperative launch (every CTA resident, which the
+ * grid-wide barrier and the waits for other chunks' posts need). */
+template <typename T, typename P, int VEC>
+static fnorm_status launch_hold(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
+  void (*k)(FwdParams, int64_t, int, int) = fwd_hold_kernel<T, P, VEC, false>;
+  if (a.layernorm) { /* LayerNorm rows: tuning builds only (FNORM_TUNE_FWD_HOLD=2) */
+    if constexpr (kTuningBuild)
+      k = fwd_hold_kernel<T, P, VEC, true>;
+    else
+      return FNORM_ERR_UNSUPPORTED;
+  }
+  if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS)
+    return FNORM_ERR_CUDA;
+  int64_t ctas = 0;
+  const fnorm_status st = persistent_units(k, plan.threads, plan.smem, 1, INT32_MAX, &ctas);
+  if (st != FNORM_SUCCESS)
+    return st;
+  HoldShape hs;
+  if (!hold_shape(a.cols / VEC, a.rows, ctas, (int64_t)(plan.smem / 16), &hs))
+    return FNORM_ERR_UNSUPPORTED;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3((unsigned)(hs.pieces * hs.slots), 1, 1);
+  cfg.blockDim = dim3((unsigned)plan.threads, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)hs.chunk * 16;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, k, a, hs.chunk, hs.pieces, plan.nbuf) != cudaSuccess) {
+    cudaGetLastError();
+    return FNORM_ERR_CUDA;
+  }
+  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
 }
 
 /* fwd_reg_kernel's form for the plan (nullptr if none), at VPT vectors a thread in CTAs of up
@@ -2469,6 +2750,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         return launch_kernel(k, plan.grid, plan.threads, 0, plan.cluster, stream, a, plan.chunk,
                              plan.hints);
     }
+    return FNORM_ERR_UNSUPPORTED;
+  }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_HOLD) {
+    if constexpr (VEC * sizeof(T) == 16 && (kTuningBuild || sizeof(T) == 4))
+      return launch_hold<T, P, VEC>(plan, a, stream);
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_BULK) {

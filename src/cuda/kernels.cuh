@@ -64,11 +64,14 @@ enum Mode {
   MODE_BULK = 6,   /* forward (sm_90), 16-byte rows past the register kernel's: each CTA's chunk
                       copied into shared memory in nbuf pieces, refilled piece by piece with the
                       next row's */
-  MODE_LOOP = 7    /* forward, 16-byte rows: RMSNorm (fp32 2048-4096, and in the full form fp32
+  MODE_LOOP = 7,   /* forward, 16-byte rows: RMSNorm (fp32 2048-4096, and in the full form fp32
                       5120-65536 and 16-bit 8192-65536; fwd_loop_ln_kernel: fp32 LayerNorm
                       8192-32768; tuning builds any): a CTA a row
                       looping over it vpt vectors a thread a step, x read twice
                       (fwd_loop_kernel) */
+  MODE_HOLD = 8    /* forward (sm_90), 16-byte fp32 RMSNorm rows past the register kernel's, not in
+                      place: each row held whole in shared memory, cut into `nchunks` chunks
+                      over the CTAs of one cooperative launch (fwd_hold_kernel, hold_shape) */
 };
 
 /* fwd_loop_kernel's FORM bits (MODE_LOOP: Plan.variant is 8 + FORM where FORM is not 0). */
@@ -170,7 +173,7 @@ struct Plan {
                        the stage by cp.async as soon as it has read them for dx (else one bulk
                        copy of the chunk once the CTA is done with it) */
   /* TIER_STREAM (backward) */
-  int64_t nchunks;                          /* row chunks per row in the first kernel */
+  int64_t nchunks; /* row chunks per row in the first kernel; forward MODE_HOLD: chunks a row */
   int64_t rows_per_part;                    /* rows per column-pass CTA */
   size_t ws_partial, ws_rowpart, ws_rowsum; /* byte offsets into the workspace */
   size_t ws_bytes;
@@ -353,6 +356,29 @@ constexpr int fwd_rows_per_cta(bool rms, int lanes, int vpl) {
 /* Most pieces the forward MODE_BULK kernel copies a CTA's chunk in (its mbarriers). */
 constexpr int kBulkMaxPieces = 8;
 
+/* The forward MODE_HOLD kernel: threads a CTA (two CTAs an SM), the parts a chunk is copied in,
+ * and what a round of a CTA (its post, its wait for the row's other chunks) costs, in vectors of
+ * the chunk (about 2 us of a CTA's share of the DRAM bandwidth), for hold_shape's choice. */
+constexpr int kHoldThreads = 512;
+constexpr int kHoldParts = 4;
+constexpr int64_t kHoldRoundVecs = 2048;
+/* How fwd_hold_kernel cuts rows of nvec vectors over `ctas` CTAs resident at once, each holding
+ * at most `cap` vectors: `pieces` chunks a row of `chunk` vectors (the last one possibly
+ * shorter), `slots` rows at a time (a launch of pieces * slots CTAs). The cut with the least
+ * time by rounds * (chunk + kHoldRoundVecs), the fewest pieces among equals; every chunk holds
+ * at least pieces + 1 vectors (the statistics' posts and their count). False if none fits. */
+struct HoldShape {
+  int pieces;
+  int slots;
+  int64_t chunk;
+};
+bool hold_shape(int64_t nvec, int64_t rows, int64_t ctas, int64_t cap, HoldShape *hs);
+/* The vectors a MODE_HOLD CTA may hold: half an SM's shared memory, less each CTA's reserved and
+ * static shared memory (4 KiB together), in 16-byte vectors. */
+constexpr int64_t hold_cap_vecs(int smem_per_sm) {
+  return ((int64_t)smem_per_sm / 2 - 4096) / 16;
+}
+
 /* Vectors a thread in the forward MODE_CTA kernel: kCtaMinVpt (8 elements), twice or four
  * times that. */
 template <typename T> constexpr int kCtaMinVpt = 8 * (int)sizeof(T) / 16;
@@ -366,7 +392,8 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
 /* plan.cu: the plans (host code, no CUDA calls). `vec` is choose_vec's width: 16 / element bytes
  * where every pointer and stride allows 16-byte access and the row length is a multiple of it,
  * else 1. backward_workspace_bytes is the workspace query's answer, for either width. */
-Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev);
+/* in_place: y is x (MODE_HOLD, which posts its statistics through y, is then not planned). */
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool in_place = false);
 /* from_y: the backward is given y, not x (plan_backward_from_y then completes the plan). */
 Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y);
 /* The backward from y: the ring then keeps LayerNorm's beta (when given) in shared memory

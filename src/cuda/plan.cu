@@ -205,12 +205,17 @@ struct Tuning {
                                rows at 4 vectors a thread in CTAs of up to 1024 threads (64
                                registers, twice the warps at the same bytes: lead 18 after
                                ncu25) instead of 8 in up to 512; 0 the planned form */
+  int fwd_hold;             /* forward (sm_90): fp32 RMSNorm rows past the register kernel's,
+                               not in place, held whole on chip over one cooperative launch
+                               (MODE_HOLD) where hold_shape finds a cut: 1; 0 never (the
+                               streaming kernel); 2 (tuning builds) the 16-byte rows of every
+                               dtype and norm past it */
 };
 
 Tuning tuning() {
   Tuning t = {1,   2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,   0,    1, 32, 16, 1, 4,
               1,   1, 1, 0,   4,    1,   0,  0, 2, 0,  1, 1, 1, 1,    128, 1,    1, 1,  1,  4, 1,
-              512, 1, 1, 320, 3,    1,   0,  1, 1, 2,  1, 0, 0, 1,    -1,  1024, 0, 0,  0,  0};
+              512, 1, 1, 320, 3,    1,   0,  1, 1, 2,  1, 0, 0, 1,    -1,  1024, 0, 0,  0,  0, 1};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -255,6 +260,7 @@ Tuning tuning() {
   t.bwd_rms = tune_knob("FNORM_TUNE_BWD_RMS", t.bwd_rms);
   t.fwd_bulk = tune_knob("FNORM_TUNE_FWD_BULK", t.fwd_bulk);
   t.fwd_bulk_pieces = tune_knob("FNORM_TUNE_FWD_BULK_PIECES", t.fwd_bulk_pieces);
+  t.fwd_hold = tune_knob("FNORM_TUNE_FWD_HOLD", t.fwd_hold);
   t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
@@ -417,6 +423,27 @@ void plan_stream(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInf
 
 namespace fnorm_cuda {
 
+bool hold_shape(int64_t nvec, int64_t rows, int64_t ctas, int64_t cap, HoldShape *hs) {
+  if (nvec < 1 || rows < 1 || ctas < 1 || cap < 1)
+    return false;
+  int64_t best_cost = -1;
+  for (int64_t pieces = ceil_div(nvec, cap); pieces <= ctas; ++pieces) {
+    const int64_t chunk = ceil_div(nvec, pieces);
+    const int64_t last = nvec - (pieces - 1) * chunk; /* the last chunk's vectors */
+    if (last < pieces + 1)
+      continue;
+    const int64_t slots = min64(ctas / pieces, rows);
+    const int64_t cost = ceil_div(rows, slots) * (chunk + kHoldRoundVecs);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      hs->pieces = (int)pieces;
+      hs->slots = (int)slots;
+      hs->chunk = chunk;
+    }
+  }
+  return best_cost >= 0;
+}
+
 /* The vectors a thread takes a step in the full form loop_full_form_threads plans at `threads`:
  * 32 values for LayerNorm (fwd_loop_ln_kernel), four 16-byte vectors for 16-bit RMSNorm 8192 (256
  * threads, the row in one step: sweep 99, A/B run CY) and for fp32 RMSNorm 5120 at 320 threads
@@ -490,7 +517,7 @@ static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceI
   return p->cols == 8192 ? 256 : p->cols == 32768 ? 1024 : p->cols == 65536 ? 1024 : 0;
 }
 
-Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool in_place) {
   const Tuning tn = tuning();
   Plan pl = {};
   pl.vec = vec;
@@ -865,6 +892,29 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev) {
       pl.smem = (size_t)pl.chunk * 16;
       pl.nbuf = tn.fwd_bulk_pieces;
       pl.grid = -min64(p->rows, kMaxGrid / cb); /* persistent: as many clusters as fit */
+      return pl;
+    }
+  }
+  /* fp32 RMSNorm rows past the register kernel's (N > 262144), not in place: each row held
+   * whole in shared memory, cut over every resident CTA of one cooperative launch
+   * (fwd_hold_kernel), so that x is read from DRAM once; the launcher cuts the rows again by the
+   * CTAs the device actually holds at once. A/B run EB (H200, release builds, against the
+   * streaming kernel): RMSNorm +2.2 to +6.6 points at N = 524288-1048576 (64 x 802816: 59.0% ->
+   * 61.4%; 167 x 802816: 59.5% -> 66.1%), LayerNorm 1.7-9.7 points slower (it keeps the
+   * streaming kernel; tuning builds: FNORM_TUNE_FWD_HOLD=2). */
+  if (!reg_fits && vbytes == 16 && dev.cc_major >= 9 && !in_place &&
+      (tn.fwd_hold == 2 ||
+       (tn.fwd_hold == 1 && dtype_bytes(p->dtype) == 4 && p->norm == FNORM_RMSNORM))) {
+    HoldShape hs;
+    if (hold_shape(nvec, p->rows, 2 * (int64_t)dev.sm_count, hold_cap_vecs(dev.smem_per_sm), &hs)) {
+      pl.mode = MODE_HOLD;
+      pl.cluster = 1;
+      pl.nchunks = hs.pieces;
+      pl.chunk = hs.chunk;
+      pl.threads = kHoldThreads;
+      pl.nbuf = kHoldParts;
+      pl.smem = (size_t)hold_cap_vecs(dev.smem_per_sm) * 16;
+      pl.grid = (int64_t)hs.pieces * hs.slots;
       return pl;
     }
   }
