@@ -347,18 +347,23 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "the bulk-copy kernel, LayerNorm ones the streaming kernel: A/B run EB)");
     require(nvec > 16 * 512 * (int64_t)fwd_reg_vpt(vec),
             "forward hold kernel: only rows the register kernel's clusters cannot hold");
-    const int64_t cap = hold_cap_vecs(dev.smem_per_sm);
-    require(pl.threads == kHoldThreads && pl.cluster == 1 && pl.nbuf == kHoldParts &&
+    const int per_sm = 2 * kHoldThreads / pl.threads;
+    const int64_t cap = hold_cap_vecs(dev.smem_per_sm, per_sm);
+    require((pl.threads == kHoldThreads || (kTuningBuild && pl.threads == kHoldThreads / 2)) &&
+                pl.cluster == 1 &&
+                (pl.nbuf == kHoldParts ||
+                 (kTuningBuild && pl.nbuf >= 1 && pl.nbuf <= kBulkMaxPieces)) &&
                 pl.smem == (size_t)cap * 16,
-            "forward hold kernel: 512-thread CTAs, no cluster, shared memory for half an SM");
+            "forward hold kernel: 512-thread CTAs (tuning builds also 256), no cluster, "
+            "shared memory for its share of an SM");
     require(pl.nchunks >= 1 && pl.chunk <= cap && pl.chunk * pl.nchunks >= nvec &&
                 pl.chunk * (pl.nchunks - 1) < nvec &&
                 nvec - pl.chunk * (pl.nchunks - 1) >= pl.nchunks + 1,
             "forward hold kernel: the row covered by chunks that fit, each with room for the "
             "posts and their count");
     require(pl.grid % pl.nchunks == 0 && pl.grid >= pl.nchunks &&
-                pl.grid <= 2 * (int64_t)dev.sm_count && pl.grid / pl.nchunks <= p.rows,
-            "forward hold kernel: whole rows of chunks, at most two CTAs an SM, no idle slot");
+                pl.grid <= per_sm * (int64_t)dev.sm_count && pl.grid / pl.nchunks <= p.rows,
+            "forward hold kernel: whole rows of chunks, at most its CTAs an SM, no idle slot");
     break;
   }
   case MODE_STREAM:

@@ -2115,8 +2115,10 @@ __global__ void __launch_bounds__(512, 1)
  * them with y. Each CTA zeroes its chunk's counts for all its rows before one grid-wide barrier
  * (its first row's copies already in flight). Every CTA combines the slots in piece order with
  * the same code, so all chunks of a row get the same statistics, whatever the timing. */
-template <typename T, typename P, int VEC, bool LN>
-__global__ void __launch_bounds__(kHoldThreads, 2)
+/* PER_SM: the CTAs an SM it is built for, of 2 * kHoldThreads / PER_SM threads (release builds
+ * 2; tuning builds also 4, FNORM_TUNE_FWD_HOLD_SM). */
+template <typename T, typename P, int VEC, bool LN, int PER_SM = 2>
+__global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
     fwd_hold_kernel(FwdParams a, int64_t chunk_vecs, int pieces, int parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   typedef Pack<T, VEC> V;
@@ -2261,13 +2263,17 @@ __global__ void __launch_bounds__(kHoldThreads, 2)
  * grid-wide barrier and the waits for other chunks' posts need). */
 template <typename T, typename P, int VEC>
 static fnorm_status launch_hold(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
-  void (*k)(FwdParams, int64_t, int, int) = fwd_hold_kernel<T, P, VEC, false>;
-  if (a.layernorm) { /* LayerNorm rows: tuning builds only (FNORM_TUNE_FWD_HOLD=2) */
-    if constexpr (kTuningBuild)
+  void (*k)(FwdParams, int64_t, int, int) = nullptr;
+  if (plan.threads == kHoldThreads && !a.layernorm)
+    k = fwd_hold_kernel<T, P, VEC, false>;
+  if constexpr (kTuningBuild) { /* LayerNorm rows (FNORM_TUNE_FWD_HOLD=2), four CTAs an SM */
+    if (plan.threads == kHoldThreads && a.layernorm)
       k = fwd_hold_kernel<T, P, VEC, true>;
-    else
-      return FNORM_ERR_UNSUPPORTED;
+    if (plan.threads == kHoldThreads / 2)
+      k = a.layernorm ? fwd_hold_kernel<T, P, VEC, true, 4> : fwd_hold_kernel<T, P, VEC, false, 4>;
   }
+  if (!k)
+    return FNORM_ERR_UNSUPPORTED;
   if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS)
     return FNORM_ERR_CUDA;
   int64_t ctas = 0;

@@ -356,9 +356,10 @@ constexpr int fwd_rows_per_cta(bool rms, int lanes, int vpl) {
 /* Most pieces the forward MODE_BULK kernel copies a CTA's chunk in (its mbarriers). */
 constexpr int kBulkMaxPieces = 8;
 
-/* The forward MODE_HOLD kernel: threads a CTA (two CTAs an SM), the parts a chunk is copied in,
- * and what a round of a CTA (its post, its wait for the row's other chunks) costs, in vectors of
- * the chunk (about 2 us of a CTA's share of the DRAM bandwidth), for hold_shape's choice. */
+/* The forward MODE_HOLD kernel: threads a CTA at two CTAs an SM (tuning builds also 256 at four:
+ * FNORM_TUNE_FWD_HOLD_SM), the parts a chunk is copied in, and what a round of a CTA (its post,
+ * its wait for the row's other chunks) costs, in vectors of the chunk (about 2 us of a CTA's share
+ * of the DRAM bandwidth), for hold_shape's choice. */
 constexpr int kHoldThreads = 512;
 constexpr int kHoldParts = 4;
 constexpr int64_t kHoldRoundVecs = 2048;
@@ -373,10 +374,10 @@ struct HoldShape {
   int64_t chunk;
 };
 bool hold_shape(int64_t nvec, int64_t rows, int64_t ctas, int64_t cap, HoldShape *hs);
-/* The vectors a MODE_HOLD CTA may hold: half an SM's shared memory, less each CTA's reserved and
- * static shared memory (4 KiB together), in 16-byte vectors. */
-constexpr int64_t hold_cap_vecs(int smem_per_sm) {
-  return ((int64_t)smem_per_sm / 2 - 4096) / 16;
+/* The vectors a MODE_HOLD CTA may hold at per_sm CTAs an SM: its share of the SM's shared memory,
+ * less its reserved and static shared memory (4 KiB together), in 16-byte vectors. */
+constexpr int64_t hold_cap_vecs(int smem_per_sm, int per_sm = 2) {
+  return ((int64_t)smem_per_sm / per_sm - 4096) / 16;
 }
 
 /* Vectors a thread in the forward MODE_CTA kernel: kCtaMinVpt (8 elements), twice or four

@@ -210,12 +210,15 @@ struct Tuning {
                                (MODE_HOLD) where hold_shape finds a cut: 1; 0 never (the
                                streaming kernel); 2 (tuning builds) the 16-byte rows of every
                                dtype and norm past it */
+  int fwd_hold_sm;          /* ... CTAs an SM: 2 (512 threads); tuning builds also 4 (256) */
+  int fwd_hold_parts;       /* ... the parts a chunk is copied in (tuning builds: 1 to 8) */
 };
 
 Tuning tuning() {
-  Tuning t = {1,   2, 3, 512, 1024, 512, 16, 8, 9, 11, 1, 1, 1, 4096, 1,   0,    1, 32, 16, 1, 4,
-              1,   1, 1, 0,   4,    1,   0,  0, 2, 0,  1, 1, 1, 1,    128, 1,    1, 1,  1,  4, 1,
-              512, 1, 1, 320, 3,    1,   0,  1, 1, 2,  1, 0, 0, 1,    -1,  1024, 0, 0,  0,  0, 1};
+  Tuning t = {1,  2,   3, 512, 1024, 512, 16,   8, 9,   11, 1, 1,   1, 4096,      1, 0, 1,
+              32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,         1, 1, 1,
+              1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,         0, 1, 1,
+              2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -261,6 +264,12 @@ Tuning tuning() {
   t.fwd_bulk = tune_knob("FNORM_TUNE_FWD_BULK", t.fwd_bulk);
   t.fwd_bulk_pieces = tune_knob("FNORM_TUNE_FWD_BULK_PIECES", t.fwd_bulk_pieces);
   t.fwd_hold = tune_knob("FNORM_TUNE_FWD_HOLD", t.fwd_hold);
+  t.fwd_hold_sm = tune_knob("FNORM_TUNE_FWD_HOLD_SM", t.fwd_hold_sm);
+  if (t.fwd_hold_sm != 2 && t.fwd_hold_sm != 4)
+    t.fwd_hold_sm = 2;
+  t.fwd_hold_parts = tune_knob("FNORM_TUNE_FWD_HOLD_PARTS", t.fwd_hold_parts);
+  if (t.fwd_hold_parts < 1 || t.fwd_hold_parts > kBulkMaxPieces)
+    t.fwd_hold_parts = kHoldParts;
   t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
@@ -906,14 +915,15 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool i
       (tn.fwd_hold == 2 ||
        (tn.fwd_hold == 1 && dtype_bytes(p->dtype) == 4 && p->norm == FNORM_RMSNORM))) {
     HoldShape hs;
-    if (hold_shape(nvec, p->rows, 2 * (int64_t)dev.sm_count, hold_cap_vecs(dev.smem_per_sm), &hs)) {
+    const int64_t cap = hold_cap_vecs(dev.smem_per_sm, tn.fwd_hold_sm);
+    if (hold_shape(nvec, p->rows, tn.fwd_hold_sm * (int64_t)dev.sm_count, cap, &hs)) {
       pl.mode = MODE_HOLD;
       pl.cluster = 1;
       pl.nchunks = hs.pieces;
       pl.chunk = hs.chunk;
-      pl.threads = kHoldThreads;
-      pl.nbuf = kHoldParts;
-      pl.smem = (size_t)hold_cap_vecs(dev.smem_per_sm) * 16;
+      pl.threads = 2 * kHoldThreads / tn.fwd_hold_sm;
+      pl.nbuf = tn.fwd_hold_parts;
+      pl.smem = (size_t)cap * 16;
       pl.grid = (int64_t)hs.pieces * hs.slots;
       return pl;
     }
