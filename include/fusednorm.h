@@ -194,8 +194,8 @@ FNORM_API fnorm_status fnorm_device_available(fnorm_device device);
  * required. NaN or Inf in a row gives NaN/Inf in that row's y, mean and rstd only.
  * CUDA, sm_90: fp32 RMSNorm rows of more than 262144 elements (not in place) run as one
  * cooperative launch of every CTA the device holds at once, which uses y as its scratch until
- * it writes it; where the device cannot give the launch all of its SMs (e.g. an MPS client
- * limited to fewer), the call returns FNORM_ERR_CUDA.
+ * it writes it; where the device refuses that launch (e.g. an MPS client given fewer SMs), the
+ * call runs them on the kernel that reads x twice instead.
  * ------------------------------------------------------------------------------------------- */
 typedef struct fnorm_forward_args {
   const void *x;     /* required. [rows][x_stride] of dtype: the input */

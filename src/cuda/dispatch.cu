@@ -78,8 +78,8 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
   const void *row_ptrs[2] = {a->x, a->y};
   const int64_t strides[2] = {p->x_stride, p->y_stride};
   const void *params[2] = {a->gamma, a->beta};
-  const Plan plan =
-      plan_forward(p, choose_vec(p, row_ptrs, strides, 2, params, 2), dev, a->x == a->y);
+  const int vec = choose_vec(p, row_ptrs, strides, 2, params, 2);
+  const Plan plan = plan_forward(p, vec, dev, a->x != a->y);
   FwdParams k = {};
   k.x = a->x;
   k.y = a->y;
@@ -94,10 +94,19 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
   k.eps = p->eps;
   k.layernorm = p->norm == FNORM_LAYERNORM;
   cudaStream_t st = (cudaStream_t)stream;
-  return by_dtype(p, [&](auto *t, auto *pt) {
-    return launch_forward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(
-        plan, k, st);
-  });
+  auto launch = [&](const Plan &pl) {
+    return by_dtype(p, [&](auto *t, auto *pt) {
+      return launch_forward<std::remove_pointer_t<decltype(t)>,
+                            std::remove_pointer_t<decltype(pt)>>(pl, k, st);
+    });
+  };
+  s = launch(plan);
+  /* The hold kernel's cooperative launch needs every CTA it plans resident at once; where the
+   * device refuses it (fewer SMs given to this process than it has, say), the rows go to the
+   * kernel they take without it. */
+  if (s != FNORM_SUCCESS && plan.mode == MODE_HOLD)
+    s = launch(plan_forward(p, vec, dev, false));
+  return s;
 }
 
 extern "C" fnorm_status fnorm_cuda_backward_workspace_size(const fnorm_problem *p, size_t *bytes) {

@@ -393,8 +393,9 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
 /* plan.cu: the plans (host code, no CUDA calls). `vec` is choose_vec's width: 16 / element bytes
  * where every pointer and stride allows 16-byte access and the row length is a multiple of it,
  * else 1. backward_workspace_bytes is the workspace query's answer, for either width. */
-/* in_place: y is x (MODE_HOLD, which posts its statistics through y, is then not planned). */
-Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool in_place = false);
+/* hold: MODE_HOLD may be planned (it posts its statistics through y, so not where y is x, and
+ * not again after the device refused its cooperative launch). */
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool hold = true);
 /* from_y: the backward is given y, not x (plan_backward_from_y then completes the plan). */
 Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y);
 /* The backward from y: the ring then keeps LayerNorm's beta (when given) in shared memory

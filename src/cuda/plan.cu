@@ -526,7 +526,7 @@ static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceI
   return p->cols == 8192 ? 256 : p->cols == 32768 ? 1024 : p->cols == 65536 ? 1024 : 0;
 }
 
-Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool in_place) {
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool hold) {
   const Tuning tn = tuning();
   Plan pl = {};
   pl.vec = vec;
@@ -911,7 +911,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool i
    * streaming kernel): RMSNorm +2.2 to +6.6 points at N = 524288-1048576 (64 x 802816: 59.0% ->
    * 61.4%; 167 x 802816: 59.5% -> 66.1%), LayerNorm 1.7-9.7 points slower (it keeps the
    * streaming kernel; tuning builds: FNORM_TUNE_FWD_HOLD=2). */
-  if (!reg_fits && vbytes == 16 && dev.cc_major >= 9 && !in_place &&
+  if (!reg_fits && vbytes == 16 && dev.cc_major >= 9 && hold &&
       (tn.fwd_hold == 2 ||
        (tn.fwd_hold == 1 && dtype_bytes(p->dtype) == 4 && p->norm == FNORM_RMSNORM))) {
     HoldShape hs;
