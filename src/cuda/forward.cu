@@ -2283,21 +2283,15 @@ static fnorm_status launch_hold(const Plan &plan, const FwdParams &a, cudaStream
   HoldShape hs;
   if (!hold_shape(a.cols / VEC, a.rows, ctas, (int64_t)(plan.smem / 16), &hs))
     return FNORM_ERR_UNSUPPORTED;
-  cudaLaunchConfig_t cfg = {};
+  cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3((unsigned)(hs.pieces * hs.slots), 1, 1);
-  cfg.blockDim = dim3((unsigned)plan.threads, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)hs.chunk * 16;
-  cfg.stream = stream;
-  attr[0].id = cudaLaunchAttributeCooperative;
+  launch_config(cfg, attr, (int64_t)hs.pieces * hs.slots, plan.threads, (size_t)hs.chunk * 16, 1,
+                stream);
+  attr[0].id = cudaLaunchAttributeCooperative; /* (no cluster: the one attribute) */
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, k, a, hs.chunk, hs.pieces, plan.nbuf) != cudaSuccess) {
-    cudaGetLastError();
-    return FNORM_ERR_CUDA;
-  }
-  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
+  return launch_configured(cfg, k, a, hs.chunk, hs.pieces, plan.nbuf);
 }
 
 /* fwd_reg_kernel's form for the plan (nullptr if none), at VPT vectors a thread in CTAs of up

@@ -490,6 +490,17 @@ fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem
   return FNORM_SUCCESS;
 }
 
+/* Launch a kernel by a configuration launch_config made; returns FNORM_ERR_CUDA on any failure. */
+template <typename... KArgs, typename... Args>
+fnorm_status launch_configured(const cudaLaunchConfig_t &cfg, void (*kernel)(KArgs...),
+                               Args... args) {
+  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {
+    cudaGetLastError(); /* a launch error is not sticky: clear it so later calls start clean */
+    return FNORM_ERR_CUDA;
+  }
+  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
+}
+
 /* Launch `grid` CTAs (> 0) of a kernel whose attributes for smem and cluster
  * (kernel_attributes) are set already; returns FNORM_ERR_CUDA on any failure. */
 template <typename... KArgs, typename... Args>
@@ -498,11 +509,7 @@ fnorm_status launch_prepared(void (*kernel)(KArgs...), int64_t grid, int threads
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[1];
   launch_config(cfg, attr, grid, threads, smem, cluster, stream);
-  if (cudaLaunchKernelEx(&cfg, kernel, args...) != cudaSuccess) {
-    cudaGetLastError(); /* a launch error is not sticky: clear it so later calls start clean */
-    return FNORM_ERR_CUDA;
-  }
-  return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
+  return launch_configured(cfg, kernel, args...);
 }
 
 /* Launch a kernel with a cluster dimension (when cluster > 1), dynamic shared memory and
