@@ -4,6 +4,8 @@
 # one line "label ENV=VALUE ..." in the file given as $1 (or on stdin); the rows of every
 # configuration go to $OUT/sweep.csv with the label in the first column.
 #   scripts/tune_sweep.sh configs.txt
+# Each line is killed (SIGKILL: a process waiting on a kernel that never ends does not exit on
+# SIGTERM) after SWEEP_LINE_TIMEOUT seconds (default 300), and the sweep goes on.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-tune}
@@ -19,7 +21,9 @@ while read -r label rest; do
     esac
   done
   echo "== $(date -u +%H:%M:%S) $label ${envs[*]} ${args[*]}"
-  env "${envs[@]}" timeout 300 "$BUILD/bench/fnbench" --quiet --csv "$OUT/tmp.csv" "${args[@]}" \
+  env "${envs[@]}" timeout -s KILL "${SWEEP_LINE_TIMEOUT:-300}" "$BUILD/bench/fnbench" --quiet \
+    --csv "$OUT/tmp.csv" "${args[@]}" \
     >/dev/null 2>"$OUT/tmp.err" || { echo "   rc=$? $(tail -2 "$OUT/tmp.err")"; }
-  sed "s/^/$label,/" "$OUT/tmp.csv" >>"$OUT/sweep.csv"
+  [ -f "$OUT/tmp.csv" ] && sed "s/^/$label,/" "$OUT/tmp.csv" >>"$OUT/sweep.csv"
+  rm -f "$OUT/tmp.csv"
 done <"${1:-/dev/stdin}"

@@ -345,8 +345,9 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     require(kTuningBuild || (p.dtype == FNORM_DTYPE_F32 && p.norm == FNORM_RMSNORM),
             "forward hold kernel: fp32 RMSNorm rows (16-bit ones past the register kernel's take "
             "the bulk-copy kernel, LayerNorm ones the streaming kernel: A/B run EB)");
-    require(nvec > 16 * 512 * (int64_t)fwd_reg_vpt(vec),
-            "forward hold kernel: only rows the register kernel's clusters cannot hold");
+    require(nvec > 16 * 512 * (int64_t)fwd_reg_vpt(vec) || (kTuningBuild && p.cols > 32768),
+            "forward hold kernel: only rows the register kernel's clusters cannot hold (tuning "
+            "builds: FNORM_TUNE_FWD_HOLD=3, rows of more than 32768 elements)");
     const int per_sm = 2 * kHoldThreads / pl.threads;
     const int64_t cap = hold_cap_vecs(dev.smem_per_sm, per_sm);
     require((pl.threads == kHoldThreads || (kTuningBuild && pl.threads == kHoldThreads / 2)) &&

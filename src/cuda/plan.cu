@@ -139,7 +139,8 @@ struct Tuning {
   int fwd_bulk;             /* forward: rows past the register kernel's take the bulk-copy kernel
                                (MODE_BULK, sm_90) where a CTA's shared memory holds their chunk:
                                1 16-bit rows of more than 65536 vectors, 2 (tuning builds) all
-                               16-byte rows, 0 never */
+                               16-byte rows, 3 (tuning builds) also the register kernel's past
+                               32768 elements, 0 never */
   int fwd_bulk_pieces;      /* ... the pieces a chunk is copied in (1 to 8) */
   int fwd_lean_cl;          /* forward (sm_90): 16-byte rows longer than one CTA of the lean form
                                holds take it over a cluster: 1 the 16-bit rows plan_forward
@@ -209,7 +210,8 @@ struct Tuning {
                                not in place, held whole on chip over one cooperative launch
                                (MODE_HOLD) where hold_shape finds a cut: 1; 0 never (the
                                streaming kernel); 2 (tuning builds) the 16-byte rows of every
-                               dtype and norm past it */
+                               dtype and norm past it; 3 (tuning builds) also the register
+                               kernel's past 32768 elements */
   int fwd_hold_sm;          /* ... CTAs an SM: 2 (512 threads); tuning builds also 4 (256) */
   int fwd_hold_parts;       /* ... the parts a chunk is copied in (tuning builds: 1 to 8) */
 };
@@ -526,11 +528,64 @@ static int loop_full_form_threads(const fnorm_problem *p, int vec, const DeviceI
   return p->cols == 8192 ? 256 : p->cols == 32768 ? 1024 : p->cols == 65536 ? 1024 : 0;
 }
 
+/* MODE_BULK for rows of nvec 16-byte vectors where a CTA's shared memory holds their chunk over a
+ * cluster of up to 16 (sm_90): false if it does not. */
+static bool plan_bulk(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInfo &dev,
+                      const Tuning &tn) {
+  const int max_cluster = 16;
+  int cb = 1;
+  while (cb < max_cluster && ceil_div(nvec, cb) * 16 > dev.max_smem_optin)
+    cb *= 2;
+  while (cb < max_cluster && p->rows * cb < (int64_t)dev.sm_count)
+    cb *= 2; /* few rows: more SMs */
+  if (ceil_div(nvec, cb) * 16 > dev.max_smem_optin)
+    return false;
+  pl.tier = TIER_ROW;
+  pl.mode = MODE_BULK;
+  pl.cluster = cb;
+  pl.chunk = ceil_div(nvec, cb);
+  pl.threads = kMaxThreads;
+  pl.smem = (size_t)pl.chunk * 16;
+  pl.nbuf = tn.fwd_bulk_pieces;
+  pl.grid = -min64(p->rows, kMaxGrid / cb); /* persistent: as many clusters as fit */
+  return true;
+}
+
+/* MODE_HOLD for rows of nvec 16-byte vectors where hold_shape finds a cut (sm_90): false if it
+ * does not. */
+static bool plan_hold(Plan &pl, const fnorm_problem *p, int64_t nvec, const DeviceInfo &dev,
+                      const Tuning &tn) {
+  HoldShape hs;
+  const int64_t cap = hold_cap_vecs(dev.smem_per_sm, tn.fwd_hold_sm);
+  if (!hold_shape(nvec, p->rows, tn.fwd_hold_sm * (int64_t)dev.sm_count, cap, &hs))
+    return false;
+  pl.tier = TIER_ROW;
+  pl.mode = MODE_HOLD;
+  pl.cluster = 1;
+  pl.nchunks = hs.pieces;
+  pl.chunk = hs.chunk;
+  pl.threads = 2 * kHoldThreads / tn.fwd_hold_sm;
+  pl.nbuf = tn.fwd_hold_parts;
+  pl.smem = (size_t)cap * 16;
+  pl.grid = (int64_t)hs.pieces * hs.slots;
+  return true;
+}
+
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool hold) {
   const Tuning tn = tuning();
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
+  /* Tuning builds: FNORM_TUNE_FWD_HOLD=3 and FNORM_TUNE_FWD_BULK=3 take every 16-byte row of
+   * more than 32768 elements to the hold or the bulk-copy kernel (sm_90), rows the register
+   * kernel holds included. */
+  if (kTuningBuild && p->cols > 32768 && (int64_t)vec * (int64_t)dtype_bytes(p->dtype) == 16 &&
+      dev.cc_major >= 9) {
+    if (tn.fwd_hold == 3 && hold && plan_hold(pl, p, nvec, dev, tn))
+      return pl;
+    if (tn.fwd_bulk == 3 && plan_bulk(pl, p, nvec, dev, tn))
+      return pl;
+  }
   /* Rows packed_rows_shape names (16-bit LayerNorm 4096-32768 and RMSNorm 16384 and 32768, fp32
    * LayerNorm 5120 and 8192) with gamma in their dtype, from 2^25 elements on (the rows form's
    * bound: more than L2 holds; 16-bit LayerNorm 8192 from 2^27, packed_rows_min_elements): a row a
@@ -887,47 +942,25 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
    * fp32 rows, against the streaming kernel: LayerNorm -8 to -14, RMSNorm -5 to +1.5 (a
    * cluster of 16 a row at one CTA an SM, of which 7 are resident, 112 SMs). */
   if (!reg_fits && vbytes == 16 && dev.cc_major >= 9 &&
-      (tn.fwd_bulk == 2 || (tn.fwd_bulk == 1 && dtype_bytes(p->dtype) == 2 && nvec > 65536))) {
-    int cb = 1;
-    while (cb < max_cluster && ceil_div(nvec, cb) * 16 > dev.max_smem_optin)
-      cb *= 2;
-    while (cb < max_cluster && p->rows * cb < (int64_t)dev.sm_count)
-      cb *= 2; /* few rows: more SMs */
-    if (ceil_div(nvec, cb) * 16 <= dev.max_smem_optin) {
-      pl.mode = MODE_BULK;
-      pl.cluster = cb;
-      pl.chunk = ceil_div(nvec, cb);
-      pl.threads = kMaxThreads;
-      pl.smem = (size_t)pl.chunk * 16;
-      pl.nbuf = tn.fwd_bulk_pieces;
-      pl.grid = -min64(p->rows, kMaxGrid / cb); /* persistent: as many clusters as fit */
-      return pl;
-    }
-  }
+      (tn.fwd_bulk >= 2 || (tn.fwd_bulk == 1 && dtype_bytes(p->dtype) == 2 && nvec > 65536)) &&
+      plan_bulk(pl, p, nvec, dev, tn))
+    return pl;
   /* fp32 RMSNorm rows past the register kernel's (N > 262144), not in place: each row held
    * whole in shared memory, cut over every resident CTA of one cooperative launch
    * (fwd_hold_kernel), so that x is read from DRAM once; the launcher cuts the rows again by the
    * CTAs the device actually holds at once. A/B run EB (H200, release builds, against the
    * streaming kernel): RMSNorm +2.2 to +6.6 points at N = 524288-1048576 (64 x 802816: 59.0% ->
    * 61.4%; 167 x 802816: 59.5% -> 66.1%), LayerNorm 1.7-9.7 points slower (it keeps the
-   * streaming kernel; tuning builds: FNORM_TUNE_FWD_HOLD=2). */
+   * streaming kernel; tuning builds: FNORM_TUNE_FWD_HOLD=2; four CTAs an SM left it 2-8
+   * points under it, sweep 105). Since A/B run EF (eight parts a chunk, kHoldParts) RMSNorm
+   * 64 x 802816 reads 66.7%. Rows the register kernel holds lost 9-31 points on this kernel
+   * (sweep 105, FNORM_TUNE_FWD_HOLD=3: 16-bit and fp32 rows of 65536-262144) and 13-40 on the
+   * bulk-copy kernel (FNORM_TUNE_FWD_BULK=3). */
   if (!reg_fits && vbytes == 16 && dev.cc_major >= 9 && hold &&
-      (tn.fwd_hold == 2 ||
-       (tn.fwd_hold == 1 && dtype_bytes(p->dtype) == 4 && p->norm == FNORM_RMSNORM))) {
-    HoldShape hs;
-    const int64_t cap = hold_cap_vecs(dev.smem_per_sm, tn.fwd_hold_sm);
-    if (hold_shape(nvec, p->rows, tn.fwd_hold_sm * (int64_t)dev.sm_count, cap, &hs)) {
-      pl.mode = MODE_HOLD;
-      pl.cluster = 1;
-      pl.nchunks = hs.pieces;
-      pl.chunk = hs.chunk;
-      pl.threads = 2 * kHoldThreads / tn.fwd_hold_sm;
-      pl.nbuf = tn.fwd_hold_parts;
-      pl.smem = (size_t)cap * 16;
-      pl.grid = (int64_t)hs.pieces * hs.slots;
-      return pl;
-    }
-  }
+      (tn.fwd_hold >= 2 ||
+       (tn.fwd_hold == 1 && dtype_bytes(p->dtype) == 4 && p->norm == FNORM_RMSNORM)) &&
+      plan_hold(pl, p, nvec, dev, tn))
+    return pl;
   /* Rows past the register kernel's: read once for the statistics, re-read (mostly from L2)
    * for y. Sweep 11 (H200): fp32 N = 802816 went from 1628 to 2034 GB/s (LayerNorm) and from
    * 1950 to 2181 (RMSNorm); bf16 RMSNorm fell from 1815 to 1112, so 16-bit rows keep the
