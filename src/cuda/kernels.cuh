@@ -365,7 +365,8 @@ constexpr int kHoldThreads = 512;
  * the last part's copy is exposed before the statistics. Sweep 105 and A/B run EF (H200, session
  * 46): fp32 RMSNorm +1.7 to +5.1 points (64 x 802816: 62.6% -> 66.7% of the copy); two parts
  * (against four) -0.6 to +1.4, four CTAs an SM of half the chunk with eight parts within a point of
- * this. */
+ * this. Sixteen parts (one round of the threads each, 12-14 a chunk, a barrier each, and a
+ * part's gamma loads one vector ahead of its stores) lost 9-18 points (A/B run EG). */
 constexpr int kHoldParts = 8;
 constexpr int64_t kHoldRoundVecs = 2048;
 /* How fwd_hold_kernel cuts rows of nvec vectors over `ctas` CTAs resident at once, each holding
