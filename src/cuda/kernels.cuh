@@ -361,12 +361,14 @@ constexpr int kBulkMaxPieces = 8;
  * its wait for the row's other chunks) costs, in vectors of the chunk (about 2 us of a CTA's share
  * of the DRAM bandwidth), for hold_shape's choice. */
 constexpr int kHoldThreads = 512;
-/* Eight parts, not four: each part's y frees its stage for the next row's part sooner, and less of
- * the last part's copy is exposed before the statistics. Sweep 105 and A/B run EF (H200, session
- * 46): fp32 RMSNorm +1.7 to +5.1 points (64 x 802816: 62.6% -> 66.7% of the copy); two parts
- * (against four) -0.6 to +1.4, four CTAs an SM of half the chunk with eight parts within a point of
- * this. Sixteen parts (one round of the threads each, 12-14 a chunk, a barrier each, and a
- * part's gamma loads one vector ahead of its stores) lost 9-18 points (A/B run EG). */
+/* Eight parts, not four (at about 6000 vectors a chunk, parts of two rounds of the threads instead
+ * of three): each part's y frees its stage for the next row's part sooner, less of the last part's
+ * copy is exposed before the statistics, and y's batches wait on L2 for gamma six times a row
+ * instead of eight (bench/RESULTS.md, lead 23). Sweep 105 and A/B run EF
+ * (H200, session 46): fp32 RMSNorm +1.7 to +5.1 points (64 x 802816: 62.6% -> 66.7% of the copy);
+ * two parts (against four) -0.6 to +1.4, four CTAs an SM of half the chunk with eight parts within
+ * a point of this. Sixteen parts (one round of the threads each, 12-14 a chunk, a barrier each, and
+ * a part's gamma loads one vector ahead of its stores) lost 9-18 points (A/B run EG). */
 constexpr int kHoldParts = 8;
 constexpr int64_t kHoldRoundVecs = 2048;
 /* How fwd_hold_kernel cuts rows of nvec vectors over `ctas` CTAs resident at once, each holding
