@@ -1920,6 +1920,34 @@ __device__ __forceinline__ void staged_part_sums(const StagedChunk &c, const Pac
       s4[e & 3] = LN ? s4[e & 3] + f[e] : fmaf(f[e], f[e], s4[e & 3]);
   }
 }
+/* The thread's sum (LN) or sum of squares over the chunk's `parts` parts, each waited for on
+ * full[p] at `phase` as it lands. */
+template <typename T, int VEC, bool LN>
+__device__ __forceinline__ float staged_sums(const StagedChunk &c, const Pack<T, VEC> *stage,
+                                             unsigned long long *full, int parts, uint32_t phase) {
+  float s4[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int p = 0; p < parts; ++p) {
+    if (staged_lo(c, p) >= staged_lo(c, p + 1))
+      break;
+    mbar_wait(&full[p], phase);
+    staged_part_sums<T, VEC, LN>(c, stage, p, s4);
+  }
+  return (s4[0] + s4[1]) + (s4[2] + s4[3]);
+}
+/* Once every thread is done with part p's y, the part takes row `next`'s copy (none past the
+ * last row; `next < rows` is the same in every thread of the CTA). */
+template <typename T, int VEC>
+__device__ __forceinline__ void staged_refill(const StagedChunk &c, Pack<T, VEC> *stage,
+                                              unsigned long long *full, const T *x_chunk,
+                                              int64_t x_stride, int p, int64_t next, int64_t rows) {
+  if (next >= rows)
+    return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fence_proxy_async();
+    staged_issue<T, VEC>(c, stage, full, x_chunk, x_stride, p, next);
+  }
+}
 /* LayerNorm: the thread's values centred on base (their mean, a second pass over the stage):
  * their mean is base + rel, their squared deviations m2t. */
 template <typename T, int VEC>
@@ -2007,13 +2035,9 @@ __global__ void __launch_bounds__(512, 1)
   const StagedChunk c = {count, nt, kt, kp};
   /* Vectors [lo, hi) of the chunk are piece p; a piece with none is never issued or waited on. */
   auto piece_lo = [&](int p) { return staged_lo(c, p); };
-  /* Piece p of the CTA's chunk of `row` into the stage (by thread 0). */
-  auto issue = [&](int p, int64_t row) {
-    staged_issue<T, VEC>(c, stage, full, xchunk, a.x_stride, p, row);
-  };
   if (threadIdx.x == 0 && cluster_id < a.rows)
     for (int p = 0; p < pieces; ++p)
-      issue(p, cluster_id);
+      staged_issue<T, VEC>(c, stage, full, xchunk, a.x_stride, p, cluster_id);
   const int mine = count > (int)threadIdx.x ? (count - (int)threadIdx.x + nt - 1) / nt : 0;
   const LnCounts counts = ln_counts(mine * VEC, (int64_t)count * VEC);
   const float inv_n = count_rcp((float)a.cols);
@@ -2022,7 +2046,8 @@ __global__ void __launch_bounds__(512, 1)
   int round = 0, xround = 0;
   uint32_t phase = 0;
   for (int64_t row = cluster_id; row < a.rows; row += nclusters) {
-    /* Statistics: the first pass waits for each piece in turn. */
+    /* Statistics: the first pass waits for each piece in turn. (inline, not staged_sums: as that
+     * call the compiler orders LayerNorm's second pass differently, not measured) */
     float s4[4] = {0.f, 0.f, 0.f, 0.f};
     for (int p = 0; p < pieces; ++p) {
       if (piece_lo(p) >= piece_lo(p + 1))
@@ -2076,13 +2101,7 @@ __global__ void __launch_bounds__(512, 1)
           }
         }
       }
-      if (next < a.rows) {
-        __syncthreads(); /* every thread is done with the piece */
-        if (threadIdx.x == 0) {
-          fence_proxy_async();
-          issue(p, next);
-        }
-      }
+      staged_refill<T, VEC>(c, stage, full, xchunk, a.x_stride, p, next, a.rows);
     }
     phase ^= 1u;
   }
@@ -2156,14 +2175,7 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
   uint32_t phase = 0;
   for (int64_t row = slot; row < a.rows; row += nslots) {
     /* The chunk's statistics: the first pass waits for each part in turn. */
-    float s4[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int p = 0; p < parts; ++p) {
-      if (staged_lo(c, p) >= staged_lo(c, p + 1))
-        break;
-      mbar_wait(&full[p], phase);
-      staged_part_sums<T, VEC, LN>(c, stage, p, s4);
-    }
-    const float s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+    const float s = staged_sums<T, VEC, LN>(c, stage, full, parts, phase);
     float4 post;
     if constexpr (LN) { /* the thread's values centred on their own mean, then the CTA's */
       const float base = s * counts.inv_nt;
@@ -2240,13 +2252,7 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
         break;
       staged_write_part<T, P, VEC, 2>(c, stage, (const P *)a.gamma, (const P *)a.beta, yr, v0, p,
                                       ref, off, rstd);
-      if (next < a.rows) {
-        __syncthreads(); /* every thread is done with the part */
-        if (threadIdx.x == 0) {
-          fence_proxy_async();
-          staged_issue<T, VEC>(c, stage, full, xchunk, a.x_stride, p, next);
-        }
-      }
+      staged_refill<T, VEC>(c, stage, full, xchunk, a.x_stride, p, next, a.rows);
     }
     phase ^= 1u;
   }
