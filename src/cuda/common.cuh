@@ -294,7 +294,15 @@ __device__ __forceinline__ void load_param(const P *p, int64_t col, float fill, 
 
 /* As load_param, through the read-only path as asm the compiler may move (not volatile, no
  * memory clobber): it can issue a row's parameter loads ahead of the stores of y, which it may not
- * do for plain loads that could alias y. The vector spans whole 16-byte words. */
+ * do for plain loads that could alias y. The vector spans whole 16-byte words.
+ * Such asm is, to the compiler, a pure function of its address, free to run where the source
+ * says not to: in fwd_reg_kernel (A/B run EH, session 47) it hoisted these loads out of the row
+ * loop, above `if (p)`, and the RMSNorm forms read beta's NULL and faulted. Its release callers
+ * (the loop kernels' full forms, rows of whole steps: no bounds test) compile with every such
+ * load predicated on p (cuobjdump of the sm_90 build, session 47), and their no-gamma test cases
+ * run them with NULL gamma and beta; a new caller, or the tuning builds' loop forms with a bounds
+ * test, needs the same check. Making the address always valid instead (a stand-in for NULL, the
+ * column chosen before the bounds test) cost 0.8-5 points (A/B run EI). */
 template <typename P, int VEC>
 __device__ __forceinline__ void load_param_free(const P *p, int64_t col, float fill, float *out) {
   static_assert(sizeof(P) * VEC % 16 == 0, "whole 16-byte words");
