@@ -299,8 +299,8 @@ __device__ __forceinline__ void load_param(const P *p, int64_t col, float fill, 
  * says not to: in fwd_reg_kernel (A/B run EH, session 47) it hoisted these loads out of the row
  * loop, above `if (p)`, and the RMSNorm forms read beta's NULL and faulted. Its release callers
  * (the loop kernels' full forms, rows of whole steps: no bounds test) compile with every such
- * load predicated on p (cuobjdump of the sm_90 build, session 47), and their no-gamma test cases
- * run them with NULL gamma and beta; a new caller, or the tuning builds' loop forms with a bounds
+ * load predicated on p (cuobjdump of the sm_90 and sm_80 code, session 47); their no-gamma cases
+ * run them with NULL gamma and beta. A new caller, or the tuning builds' loop forms with a bounds
  * test, needs the same check. Making the address always valid instead (a stand-in for NULL, the
  * column chosen before the bounds test) cost 0.8-5 points (A/B run EI). */
 template <typename P, int VEC>
