@@ -541,9 +541,10 @@ static void cuda_sizes(void) {
    * 640 vectors (5120; 65536 takes the register ring since sweep 64), with RESIDENT_TIER_ROWS
    * rows: the ring's RESIDENT form on sm_90 from x (from y, and elsewhere, the stream tier or the
    * register ring), in CTAs of up to 512 and up to 128 threads; 131080 leaves the last of 16
-   * CTAs a shorter chunk, 16392 the last of 8, fp32 196616 (one stage) and 163848 (two) the last
-   * of 16. Not under --quick (too few rows; racecheck ran the same kernel forced on at 1-16 rows
-   * in a tuning build): --filter 'M=240 ' picks them. */
+   * CTAs a shorter chunk, 16392 the last of 8, fp32 163848 (two stages) the last of 16; fp32
+   * 262144 and 196616, which the form would hold in one stage, take the hold tier instead. Not
+   * under --quick (too few rows; racecheck ran the same kernel forced on at 1-16 rows in a tuning
+   * build): --filter 'M=240 ' picks them. */
   if (!g_opt.quick) {
     static const case_shape resident[] = {
         {3, 0, 262144}, {1, 1, 262144}, {4, 1, 131080}, {2, 0, 131080}, {2, 1, 5120},
@@ -552,6 +553,62 @@ static void cuda_sizes(void) {
       tcase c = tcase_default(norms[resident[s].norm], combos[resident[s].combo].dtype,
                               combos[resident[s].combo].param_dtype, RESIDENT_TIER_ROWS,
                               resident[s].cols);
+      gpu_case("cuda", &c);
+    }
+  }
+  /* The backward hold tier (bwd_hold_kernel: fp32 rows from x past the ring's on sm_90, and
+   * those its RESIDENT form would hold in one stage, each row held whole in shared memory, cut
+   * into chunks of at least kBwdHoldMinChunk vectors over one cooperative launch of a CTA an SM,
+   * hold_shape; from y, and elsewhere, the stream tier or the ring): 2^20 (66 chunks of 3972
+   * vectors, the last 3964, 2 rows at a time on 132 SMs) at 19 rows, so that each CTA takes 9-10
+   * rows and its parts' mbarrier phases and the posts' two terms go round; also with aligned
+   * strides and no gamma, without dx, without dgamma and dbeta, on a 1e4 offset, with NaN/Inf in
+   * dy, and in place (dx over dy); RMSNorm also without dbeta (the kernel's RMS form) and with
+   * dbeta; LayerNorm 2^20 + 4 (an odd count of vectors, the last chunk 3965) at 40 rows;
+   * RMSNorm 524288 (33 chunks, 4 rows at a time) at 8 rows; LayerNorm 2^21 at one row (132
+   * chunks, over every CTA).
+   * The ring's RESIDENT cases below add 262144 and 196616 at 240 rows. Under --quick
+   * (compute-sanitizer) RMSNorm 2^20 at 3 rows alone. */
+  {
+    static const case_shape hold_bwd[] = {
+        {0, 0, 1048576}, {0, 1, 1048576}, {0, 0, 1048580}, {0, 1, 524288}, {0, 0, 2097152}};
+    static const int64_t hold_rows[] = {19, 19, 40, 8, 1};
+    for (s = 0; s < 5; s++) {
+      const int q = hold_bwd[s].norm;
+      tcase c = tcase_default(norms[q], combos[hold_bwd[s].combo].dtype,
+                              combos[hold_bwd[s].combo].param_dtype, g_opt.quick ? 3 : hold_rows[s],
+                              hold_bwd[s].cols);
+      c.fwd = c.bwd_y = 0;
+      if (g_opt.quick) {
+        if (s == 1)
+          gpu_case("cuda", &c);
+        continue;
+      }
+      gpu_case("cuda", &c);
+      if (s == 1) { /* RMSNorm without dbeta: the RMS form */
+        c.dbeta = 0;
+        gpu_case("cuda", &c);
+      }
+      if (s != 0)
+        continue;
+      tcase_apply_layout(&c, 3, 1);
+      c.gamma = c.beta = 0;
+      gpu_case("cuda", &c);
+      c = tcase_default(norms[q], FNORM_DTYPE_F32, FNORM_DTYPE_SAME, hold_rows[s],
+                        hold_bwd[s].cols);
+      c.fwd = c.bwd_y = 0;
+      c.dx = 0;
+      gpu_case("cuda", &c);
+      c.dx = 1;
+      c.dgamma = c.dbeta = 0;
+      gpu_case("cuda", &c);
+      c.dgamma = c.dbeta = 1;
+      c.input = INPUT_OFFSET_1E4;
+      gpu_case("cuda", &c);
+      c.input = INPUT_NONFINITE_DY;
+      gpu_case("cuda", &c);
+      c.input = INPUT_NORMAL;
+      tcase_apply_layout(&c, 4, 1);
       gpu_case("cuda", &c);
     }
   }

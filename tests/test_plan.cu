@@ -390,8 +390,9 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
   require(pl.nparts >= 1, "backward: at least one partial row");
   require(pl.fin_cols == 16 || pl.fin_cols == 32, "backward finalize: 16 or 32 columns a block");
   require(!pl.rms_form ||
-              (p.norm == FNORM_RMSNORM && ((pl.tier == TIER_WARP && pl.cluster <= 1) ||
-                                           pl.tier == TIER_RING || pl.tier == TIER_BATCH)),
+              (p.norm == FNORM_RMSNORM &&
+               ((pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING ||
+                pl.tier == TIER_BATCH || (pl.tier == TIER_ROW && pl.mode == MODE_HOLD))),
           "backward: the RMS form only for RMSNorm, on the kernels that have it");
   require(!pl.thread_fill || (pl.tier == TIER_RING && pl.variant == 1 && pl.nbuf == 1),
           "backward: each thread's own refill only in the ring's RESIDENT form with one stage");
@@ -481,6 +482,46 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
             "backward ring RESIDENT: a stage or more and gamma's fp32 chunk in shared memory");
     break;
   case TIER_ROW:
+    if (pl.mode == MODE_HOLD) {
+      require(dev.cc_major >= 9 && wide && !from_y,
+              "backward hold tier: sm_90, 16-byte rows from x");
+      require(kTuningBuild || (p.dtype == FNORM_DTYPE_F32 &&
+                               [&] {
+                                 const Plan o = plan_backward(&p, vec, dev, from_y, false);
+                                 return o.tier == TIER_STREAM ||
+                                        (o.tier == TIER_RING && o.variant == 1 && o.nbuf == 1);
+                               }()),
+              "backward hold tier: fp32 rows the ring's RESIDENT form would take in one stage or "
+              "the stream tier would take (tuning builds: FNORM_TUNE_BWD_HOLD=2, every dtype from "
+              "65536 elements)");
+      const int stages = pl.nbuf;
+      const int per_sm = stages == 1 && pl.vpt == bwd_hold_vpt(vec, 2, 1) ? 2 : 1;
+      const int64_t cap = (int64_t)pl.vpt * pl.threads;
+      require(((stages == 1 && pl.vpt == bwd_hold_vpt(vec, 1, 1)) ||
+               (kTuningBuild && ((stages == 2 && pl.vpt == bwd_hold_vpt(vec, 1, 2)) ||
+                                 (stages == 1 && pl.vpt == bwd_hold_vpt(vec, 2, 1))))) &&
+                  pl.threads == kHoldThreads && pl.cluster == 1 &&
+                  pl.smem == (size_t)cap * bwd_hold_vec_bytes(vec, stages) &&
+                  per_sm * (pl.smem + 4096) <= (size_t)dev.smem_per_sm,
+              "backward hold tier: 512-thread CTAs of 32 elements a thread, a CTA an SM, one "
+              "stage (tuning builds also two of four vectors a thread, or 16 elements at two CTAs "
+              "an SM), no cluster, dy, x and gamma's fp32 chunk in shared memory");
+      const int64_t pieces = cdiv(nvec, pl.chunk);
+      require(kTuningBuild || pl.chunk >= kBwdHoldMinChunk,
+              "backward hold tier: chunks of kBwdHoldMinChunk vectors or more (A/B run EL)");
+      require(pl.chunk <= cap && pl.chunk * (pieces - 1) < nvec && pl.nchunks >= pieces &&
+                  pl.nchunks == per_sm * (int64_t)dev.sm_count,
+              "backward hold tier: the row covered by chunks that fit, at most its CTAs");
+      require(pl.grid % pieces == 0 && pl.grid <= pl.nchunks && pl.grid / pieces <= p.rows &&
+                  pl.grid / pieces <= pl.nparts && pl.nparts <= p.rows,
+              "backward hold tier: whole rows of chunks, a partial row a slot, no idle slot");
+      require(pl.ws_bytes >=
+                      (size_t)(2 * pl.nparts * p.cols * 4 + p.rows * pl.nchunks * 8 + p.rows * 4) &&
+                  pl.ws_bytes >= plan_backward(&p, vec, dev, from_y, false).ws_bytes,
+              "backward hold tier: the workspace holds the partials, posts and counts, and the "
+              "plan without it");
+      break;
+    }
     require(pl.mode == MODE_REG && pl.vpt == bwd_reg_vpt(vec), "backward row tier: registers");
     require(pl.cluster >= 1 && pl.cluster_rows >= 1 && pl.cluster * pl.cluster_rows <= max_cluster,
             "backward row tier: a cluster the GPU allows");
@@ -905,9 +946,11 @@ void check_choices() {
            "LayerNorm: streaming");
   }
   /* Backward: rows past the register ring, from x, 1.5 rows an SM or more: the ring's RESIDENT
-   * form (fp32 since sweep 78); from y, or 160 rows: the stream tier (sweeps 41-43); fp32 rows
-   * of 524288 (past 16 CTAs of the form) and fp32 131072 (the register ring's four vectors a
-   * thread) not. */
+   * form (16-bit; fp32 since sweep 78, and where it takes one stage the hold tier since sweep
+   * 108); from y, or 16-bit with 160 rows, the stream tier (sweeps 41-43); fp32 rows from x the
+   * stream tier would take (160 rows, 524288: past 16 CTAs of the form) the hold tier; fp32
+   * 131072 (the register ring's four vectors a thread) neither. */
+  auto is_bwd_hold = [](const Plan &pl) { return pl.tier == TIER_ROW && pl.mode == MODE_HOLD; };
   const int64_t scols[] = {196608, 262144};
   for (int i = 0; i < 2; ++i) {
     const int64_t rows = grid_rows(scols[i]);
@@ -925,15 +968,18 @@ void check_choices() {
     p.rows = 256;
     expect(h200, BF16, LN, 256, scols[i], true, plan_backward(&p, 8, h200.info, false).variant == 1,
            "the ring's RESIDENT form");
-    p = problem(F32, LN, rows, scols[i]);
+    p = problem(F32, LN, rows, scols[i]); /* (one stage: the hold tier, sweep 108) */
     pl = plan_backward(&p, 4, h200.info, false);
+    expect(h200, F32, LN, rows, scols[i], true, is_bwd_hold(pl) && pl.chunk == 4096,
+           "the hold tier, chunks of 4096 vectors");
+    pl = plan_backward(&p, 4, h200.info, false, false);
     expect(h200, F32, LN, rows, scols[i], true, pl.tier == TIER_RING && pl.variant == 1,
-           "the ring's RESIDENT form");
+           "without the hold tier: the ring's RESIDENT form");
     expect(h200, F32, LN, rows, scols[i], true,
            plan_backward(&p, 4, h200.info, true).tier == TIER_STREAM, "from y: the stream tier");
     p.rows = 160;
-    expect(h200, F32, LN, 160, scols[i], true,
-           plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    expect(h200, F32, LN, 160, scols[i], true, is_bwd_hold(plan_backward(&p, 4, h200.info, false)),
+           "the hold tier");
   }
   {
     Plan pl;
@@ -943,19 +989,35 @@ void check_choices() {
     expect(h200, F32, RMS, 132, 139264, true,
            pl.tier == TIER_RING && pl.variant == 1 && pl.nbuf == 2,
            "the ring's RESIDENT form, two stages");
-    p.rows = 100;
+    p.rows = 100; /* (the hold tier's best cut, 10 chunks of 3482 vectors, is too short) */
     expect(h200, F32, RMS, 100, 139264, true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
-    p = problem(F32, LN, 512, 262144); /* one stage, refilled by each thread */
+    p = problem(F32, LN, 512, 262144); /* the hold tier, 16 chunks a row, 8 rows at a time */
     pl = plan_backward(&p, 4, h200.info, false);
     expect(h200, F32, LN, 512, 262144, true,
+           is_bwd_hold(pl) && pl.chunk == 4096 && pl.grid == 128 && pl.nbuf == 1,
+           "the hold tier, 16 chunks a row, 8 rows at a time");
+    pl = plan_backward(&p, 4, h200.info, false, false); /* one stage, refilled by each thread */
+    expect(h200, F32, LN, 512, 262144, true,
            pl.tier == TIER_RING && pl.variant == 1 && pl.nbuf == 1 && pl.thread_fill == 1,
-           "the ring's RESIDENT form, one stage, each thread's refill");
+           "without the hold tier: the ring's RESIDENT form, one stage, each thread's refill");
     p = problem(F32, LN, 132, 262144); /* (one stage: 1.5 rows an SM) */
-    expect(h200, F32, LN, 132, 262144, true,
-           plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
+    expect(h200, F32, LN, 132, 262144, true, is_bwd_hold(plan_backward(&p, 4, h200.info, false)),
+           "the hold tier");
     p = problem(F32, RMS, 256, 524288);
+    expect(h200, F32, RMS, 256, 524288, true, is_bwd_hold(plan_backward(&p, 4, h200.info, false)),
+           "the hold tier");
     expect(h200, F32, RMS, 256, 524288, true,
+           plan_backward(&p, 4, a100.info, false).tier == TIER_STREAM, "sm_80: the stream tier");
+    p = problem(F32, LN, 128, 1048576); /* 66 chunks of 3972 vectors, 2 rows at a time */
+    pl = plan_backward(&p, 4, h200.info, false);
+    expect(h200, F32, LN, 128, 1048576, true,
+           is_bwd_hold(pl) && pl.chunk == 3972 && pl.grid == 132 && pl.vpt == 8,
+           "the hold tier, 66 chunks a row, two rows at a time");
+    expect(h200, F32, LN, 128, 1048576, true,
+           plan_backward(&p, 4, h200.info, true).tier == TIER_STREAM, "from y: the stream tier");
+    p = problem(F32, LN, 64, 802816); /* (chunks of 3041 vectors: A/B run EL) */
+    expect(h200, F32, LN, 64, 802816, true,
            plan_backward(&p, 4, h200.info, false).tier == TIER_STREAM, "the stream tier");
     p = problem(F32, LN, 1024, 131072);
     pl = plan_backward(&p, 4, h200.info, false);
@@ -1022,7 +1084,7 @@ void check_choices() {
   } const rf[] = {{BF16, 131072, 1024, true}, {BF16, 32768, 4096, true}, {BF16, 8192, 4096, true},
                   {BF16, 26214, 5120, true},  {BF16, 4096, 5120, true},  {BF16, 16384, 8192, true},
                   {BF16, 2048, 65536, true},  {BF16, 512, 262144, true}, {F32, 131072, 1024, true},
-                  {F32, 32768, 4096, false},  {F32, 2048, 65536, false}, {F32, 512, 262144, false},
+                  {F32, 32768, 4096, false},  {F32, 2048, 65536, false}, {F32, 512, 262144, true},
                   {F32, 4096, 4096, true}};
   for (const auto &c : rf) {
     p = problem(c.dt, RMS, c.rows, c.cols);

@@ -41,6 +41,11 @@
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
  *                    accumulators into one partial.
+ *  bwd_hold_kernel   sm_90, fp32 16-byte rows from x past the ring's RESIDENT form in two
+ *                    stages (N > 185920) that hold_shape cuts in long chunks: each row held
+ *                    whole in shared memory, cut into chunks over the CTAs of one cooperative
+ *                    launch (a CTA an SM), the chunks' row sums meeting through the workspace;
+ *                    x and dy read once, the accumulators in registers (one partial per slot).
  *  stream kernels    all other rows, of any length: row sums per chunk (bwd_rowpart_kernel,
  *                    bwd_rowsum_kernel), then a column pass computing dx and the partials
  *                    (bwd_colpass_kernel). x and dy are read twice, but the kernels have no
@@ -1183,6 +1188,218 @@ __global__ void __launch_bounds__(512, 1)
 #endif
 }
 
+/* ---- hold tier: rows past the ring's, each held whole over one cooperative launch (sm_90) ----
+ *
+ * 16-byte rows from x that the ring's clusters cannot hold (N past 262144) took the stream tier,
+ * which reads x and dy twice (its ceiling 60% of the copy; 53% measured at 64 x 802816 fp32, run
+ * DY), and fp32 rows past 185920 the RESIDENT form in one stage (66% at 512 x 262144). Here, as in
+ * the forward's fwd_hold_kernel, each row is cut into `pieces` chunks over the
+ * CTAs resident at once (hold_shape), `slots` rows at a time: CTA b takes chunk b % pieces of rows
+ * b / pieces, b / pieces + slots, ... Its chunk of dy and x arrives in shared memory by bulk
+ * copies, one part (one round of the threads' vectors, on its own mbarrier) at a time; the first
+ * pass adds the chunk's two row sums and the dgamma/dbeta accumulators, the chunks' sums meet
+ * through the workspace, and the second pass writes dx from the same stage, each part then
+ * refilled with the CTA's chunk of its next row: x and dy are read from DRAM once, and the next
+ * row's reads overlap this row's dx. As in the ring's RESIDENT form, the accumulators of the
+ * CTA's fixed columns stay in registers across all its rows (VPT vectors a thread) and gamma's
+ * fp32 chunk in shared memory beside the stage; one partial row a slot.
+ *
+ * The chunks meet through `posts` ([rows][pieces] pairs of sums) and `counts` ([rows]): a CTA
+ * writes its pair, then adds 1 to the row's count (release); warp 0 of every chunk waits for the
+ * count to reach `pieces` (acquire) and adds the pairs in piece order with the same code, so every
+ * chunk of a row gets the same sums whatever the timing. The counts are zeroed by each slot's
+ * first CTA before one grid-wide barrier (its first row's copies already in flight). Not from y
+ * (the dispatch plans it from x only). PER_SM: the CTAs an SM it is built for (release builds 1,
+ * as the RESIDENT form; tuning builds also 2 at half the vectors, FNORM_TUNE_BWD_HOLD_SM).
+ * STAGES: rows a CTA has in shared memory at once (release builds 1; tuning builds also 2, at
+ * four vectors a thread, FNORM_TUNE_BWD_HOLD_STAGES). With one, the next row's copy waits for
+ * this row's dx; with two it is in flight all through this row's work, but each CTA holds half
+ * the columns, and that lost more than the overlap gained: A/B run EK (H200, 2^27 elements) fp32
+ * 262144 62.8-63.3% of the copy against one stage's 74.8-76.6% (sweep 108), 802816 47-49%
+ * against 51-55%. */
+template <typename T, typename P, int VEC, int VPT, int PER_SM, bool RMS, int STAGES>
+__global__ void __launch_bounds__(kHoldThreads, PER_SM)
+    bwd_hold_kernel(BwdParams a, int64_t chunk_vecs, int pieces, float2 *posts, unsigned *counts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(STAGES * VPT <= kBulkMaxPieces,
+                "a part (mbarrier) a round of the threads' vectors");
+  constexpr int EPT = VEC * VPT;
+  typedef Pack<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ RingRed red;
+  __shared__ unsigned long long full[STAGES * VPT];
+  __shared__ float2 terms[2];
+  const int nt = (int)blockDim.x;
+  const int piece = (int)(blockIdx.x % (unsigned)pieces);
+  const int64_t slot = blockIdx.x / (unsigned)pieces, nslots = gridDim.x / (unsigned)pieces;
+  const int64_t nvec = a.cols / VEC;
+  const int64_t v0 = (int64_t)piece * chunk_vecs;
+  const int count = (int)chunk_count(nvec, chunk_vecs, piece);
+  /* Shared memory: stage s's dy at 2s * chunk_vecs and x at (2s + 1) * chunk_vecs (16-byte
+   * vectors), then gamma's fp32 chunk. */
+  V *const stages = reinterpret_cast<V *>(dyn_smem);
+  float *sgamma = reinterpret_cast<float *>(stages + 2 * STAGES * chunk_vecs);
+  const T *dychunk = (const T *)a.dy + v0 * VEC;
+  const T *xchunk = (const T *)a.xy + v0 * VEC;
+  bulk_barriers_init(full, STAGES * VPT, red, 1);
+  /* Part k of stage s: vectors [k * nt, (k + 1) * nt) of the chunk, thread t's k-th, on mbarrier
+   * full[s * VPT + k]; a part with none is never issued or waited on. */
+  auto part_lo = [&](int k) { return min(count, k * nt); };
+  auto issue = [&](int st, int k, int64_t row) {
+    const int lo = part_lo(k), hi = part_lo(k + 1);
+    if (lo < hi) {
+      const uint32_t bytes = (uint32_t)(hi - lo) * (uint32_t)sizeof(V);
+      unsigned long long *bar = &full[st * VPT + k];
+      V *sdy = stages + 2 * st * chunk_vecs;
+      mbar_expect(bar, 2 * bytes);
+      bulk_load(sdy + lo, dychunk + row * a.dy_stride + (int64_t)lo * VEC, bytes, bar);
+      bulk_load(sdy + chunk_vecs + lo, xchunk + row * a.xy_stride + (int64_t)lo * VEC, bytes, bar);
+    }
+  };
+  if (threadIdx.x == 0)
+    for (int st = 0; st < STAGES; ++st)
+      if (slot + st * nslots < a.rows)
+#pragma unroll
+        for (int k = 0; k < VPT; ++k)
+          issue(st, k, slot + st * nslots);
+  if (piece == 0)
+    for (int64_t row = slot + (int64_t)threadIdx.x * nslots; row < a.rows;
+         row += (int64_t)nt * nslots)
+      counts[row] = 0u;
+  const P *gamma = (const P *)a.gamma;
+  bool mine[VPT];
+  float acc_g[EPT], acc_b[EPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = (int)threadIdx.x + k * nt;
+    mine[k] = i < count;
+    if (mine[k]) { /* read back only by this thread: no barrier */
+      float g[VEC];
+      load_param<P, VEC>(gamma, (v0 + i) * VEC, 1.f, g);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        sgamma[(int64_t)i * VEC + e] = g[e];
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      acc_g[k * VEC + e] = acc_b[k * VEC + e] = 0.f;
+  }
+  cg::this_grid().sync(); /* every count zeroed before any post */
+  const float inv_n = count_rcp((float)a.cols);
+  int round = 0, term = 0, st = 0;
+  uint32_t phase = 0;
+  for (int64_t row = slot; row < a.rows; row += nslots) {
+    const V *sdy = stages + 2 * st * chunk_vecs, *sx = sdy + chunk_vecs;
+    float mu, rs;
+    row_stats(a, row, mu, rs, 0);
+    /* First pass: the chunk's sums of g and g * xhat, and dgamma/dbeta, each part as it lands. */
+    float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (part_lo(k) >= part_lo(k + 1))
+        break;
+      mbar_wait(&full[st * VPT + k], phase);
+      if (mine[k]) {
+        const int i = (int)threadIdx.x + k * nt;
+        float d[VEC], xv[VEC], gm[VEC], xh[VEC], g[VEC];
+        unpack_f32<T, VEC>(sdy[i], d);
+        unpack_f32<T, VEC>(sx[i], xv);
+        load_smem_f32<VEC>(sgamma + (int64_t)i * VEC, gm);
+        bwd_elems<VEC, RMS>(d, xv, gm, nullptr, mu, rs, 0, xh, g);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          if (!RMS)
+            p0[e & 3] += g[e];
+          p1[e & 3] = fmaf(g[e], xh[e], p1[e & 3]);
+          acc_g[k * VEC + e] = fmaf(d[e], xh[e], acc_g[k * VEC + e]);
+          if (!RMS)
+            acc_b[k * VEC + e] += d[e];
+        }
+      }
+    }
+    float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
+    row_sums<RMS>(sums, a.layernorm, red, round);
+    /* Post the chunk's sums; warp 0 waits for the row's, adds them and hands them to the CTA. */
+    if (threadIdx.x == 0) {
+      __stcg(posts + row * pieces + piece, make_float2(sums[0], sums[1]));
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counts + row) : "memory");
+    }
+    if (threadIdx.x < 32) {
+      const int lane = (int)threadIdx.x;
+      unsigned seen = 0;
+      if (lane == 0)
+        do {
+          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                       : "=r"(seen)
+                       : "l"(counts + row)
+                       : "memory");
+        } while (seen < (unsigned)pieces);
+      __syncwarp();
+      /* each lane's own acquire: its reads of the pairs follow every post */
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                   : "=r"(seen)
+                   : "l"(counts + row)
+                   : "memory");
+      float tot[2] = {0.f, 0.f};
+      for (int r = lane; r < pieces; r += 32) {
+        const float2 q = __ldcg(posts + row * pieces + r);
+        tot[0] += q.x;
+        tot[1] += q.y;
+      }
+      group_sum<32, 2>(tot);
+      if (lane == 0)
+        terms[term] = make_float2(tot[0], tot[1]);
+    }
+    __syncthreads();
+    const float2 tot = terms[term];
+    term ^= 1; /* the next row's barriers separate this read from that slot's next write */
+    const DxRow dr = dx_row(rs, RMS || !a.layernorm ? 0.f : tot.x, tot.y, inv_n);
+    /* Second pass: dx, a part at a time; each part then takes the copy of the stage's next row
+     * (with two stages the row after next: the next row's copy has been in flight since this
+     * row's began, through its sums, its wait for the other chunks and its dx). */
+    T *dxr = a.dx ? (T *)a.dx + row * a.dx_stride + v0 * VEC : nullptr;
+    const int64_t next = row + STAGES * nslots;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (part_lo(k) >= part_lo(k + 1))
+        break;
+      if (mine[k] && dxr) {
+        const int i = (int)threadIdx.x + k * nt;
+        float d[VEC], xv[VEC], gm[VEC], xh[VEC], g[VEC], out[VEC];
+        unpack_f32<T, VEC>(sdy[i], d);
+        unpack_f32<T, VEC>(sx[i], xv);
+        load_smem_f32<VEC>(sgamma + (int64_t)i * VEC, gm);
+        bwd_elems<VEC, RMS>(d, xv, gm, nullptr, mu, rs, 0, xh, g);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          out[e] = dx_elem<RMS>(dr, g[e], xh[e]);
+        store_vec<T, VEC>(dxr + (int64_t)i * VEC, out);
+      }
+      if (next < a.rows) {
+        __syncthreads(); /* every thread done with part k */
+        if (threadIdx.x == 0) {
+          fence_proxy_async();
+          issue(st, k, next);
+        }
+      }
+    }
+    if (++st == STAGES) {
+      st = 0;
+      phase ^= 1u;
+    }
+  }
+  if (a.want_dparams)
+    write_partials<VEC, VPT, RMS>(a, slot, v0, mine, acc_g, acc_b);
+#else
+  (void)a;
+  (void)chunk_vecs;
+  (void)pieces;
+  (void)posts;
+  (void)counts;
+  __trap(); /* dispatched on sm_90 and newer only */
+#endif
+}
+
 /* ---- stream tier: rows of any length ---- */
 
 /* Block b handles row b / nchunks, vectors [chunk * chunk_vecs, ...) of it: partial sums of g
@@ -1424,6 +1641,53 @@ static fnorm_status launch_parts(void (*k)(KArgs...), int threads, size_t smem, 
   return launch_prepared(k, units * cluster, threads, smem, cluster, stream, a, rest...);
 }
 
+/* Launches bwd_hold_kernel: the rows cut again (hold_shape) by the CTAs the device holds at once
+ * at the plan's shared memory, as one cooperative launch (every CTA resident, which the grid-wide
+ * barrier and the waits for other chunks' posts need), with a.nparts set to its slots. */
+template <typename T, typename P, int VEC>
+static fnorm_status launch_bwd_hold(const Plan &plan, BwdParams &a, char *ws, bool rms,
+                                    cudaStream_t stream) {
+  void (*k)(BwdParams, int64_t, int, float2 *, unsigned *) = nullptr;
+  constexpr int VPT1 = bwd_hold_vpt(VEC, 1, 1); /* one stage, a CTA an SM */
+  if (plan.nbuf == 1 && plan.vpt == VPT1 && !a.from_y)
+    k = rms ? bwd_hold_kernel<T, P, VEC, VPT1, 1, true, 1>
+            : bwd_hold_kernel<T, P, VEC, VPT1, 1, false, 1>;
+  if constexpr (kTuningBuild) { /* two stages, or two CTAs an SM (FNORM_TUNE_BWD_HOLD_*) */
+    constexpr int VPT2 = bwd_hold_vpt(VEC, 1, 2), VPT1H = bwd_hold_vpt(VEC, 2, 1);
+    if (plan.nbuf == 2 && plan.vpt == VPT2 && !a.from_y)
+      k = rms ? bwd_hold_kernel<T, P, VEC, VPT2, 1, true, 2>
+              : bwd_hold_kernel<T, P, VEC, VPT2, 1, false, 2>;
+    if (plan.nbuf == 1 && plan.vpt == VPT1H && !a.from_y)
+      k = rms ? bwd_hold_kernel<T, P, VEC, VPT1H, 2, true, 1>
+              : bwd_hold_kernel<T, P, VEC, VPT1H, 2, false, 1>;
+  }
+  if (!k || plan.threads != kHoldThreads)
+    return FNORM_ERR_UNSUPPORTED;
+  if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS)
+    return FNORM_ERR_CUDA;
+  int64_t ctas = 0;
+  /* (at most the plan's CTAs: the workspace holds the slots and pieces of a cut over those) */
+  const fnorm_status st = persistent_units(k, plan.threads, plan.smem, 1, plan.nchunks, &ctas);
+  if (st != FNORM_SUCCESS)
+    return st;
+  HoldShape hs;
+  if (!hold_shape(a.cols / VEC, a.rows, ctas, (int64_t)plan.vpt * plan.threads, &hs) ||
+      hs.slots > plan.nparts || hs.pieces > plan.nchunks)
+    return FNORM_ERR_UNSUPPORTED;
+  a.nparts = hs.slots;
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+  launch_config(cfg, attr, (int64_t)hs.pieces * hs.slots, plan.threads,
+                (size_t)hs.chunk * bwd_hold_vec_bytes(VEC, plan.nbuf), 1, stream);
+  attr[0].id = cudaLaunchAttributeCooperative; /* (no cluster: the one attribute) */
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return launch_configured(cfg, k, a, hs.chunk, hs.pieces,
+                           reinterpret_cast<float2 *>(ws + plan.ws_rowpart),
+                           reinterpret_cast<unsigned *>(ws + plan.ws_rowsum));
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws, bool rms,
                                         cudaStream_t stream) {
@@ -1507,6 +1771,11 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
       return launch_kernel(k, units * cl, plan.threads, smem, cl, stream, a);
     return launch_parts(k, plan.threads, smem, cl, units, stream, a);
   }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_HOLD) {
+    if constexpr (VEC * sizeof(T) == 16)
+      return launch_bwd_hold<T, P, VEC>(plan, a, ws, rms, stream);
+    return FNORM_ERR_UNSUPPORTED; /* the hold tier needs 16-byte vectors */
+  }
   if (plan.tier == TIER_ROW && plan.mode == MODE_REG) {
     constexpr int VPT = bwd_reg_vpt(VEC);
     if (plan.vpt != VPT)
@@ -1538,22 +1807,34 @@ static fnorm_status launch_backward_vec(const Plan &plan, BwdParams &a, char *ws
 }
 
 template <typename T, typename P>
-fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *dbeta,
-                             void *workspace, cudaStream_t stream) {
+fnorm_status launch_backward(const Plan &planned, BwdParams args, void *dgamma, void *dbeta,
+                             void *workspace, cudaStream_t stream, const Plan *fallback) {
   constexpr int VEC = 16 / sizeof(T);
   char *ws = static_cast<char *>(workspace);
-  a.partial = reinterpret_cast<float *>(ws + plan.ws_partial);
-  a.nparts = plan.nparts;
-  a.want_dparams = dgamma != nullptr || dbeta != nullptr;
-  fnorm_status s;
-  /* RMSNorm without dbeta (a beta is optional) on the kernels of its own (RMS), where planned */
-  const bool rms = plan.rms_form && !a.layernorm && dbeta == nullptr;
-  if (plan.vec == VEC)
-    s = launch_backward_vec<T, P, VEC>(plan, a, ws, rms, stream);
-  else if (plan.vec == 1)
-    s = launch_backward_vec<T, P, 1>(plan, a, ws, rms, stream);
-  else
-    s = FNORM_ERR_UNSUPPORTED;
+  args.want_dparams = dgamma != nullptr || dbeta != nullptr;
+  BwdParams a;
+  /* The row kernels of a plan, with a set for them and the finalize. */
+  auto row_kernels = [&](const Plan &plan) {
+    a = args;
+    a.partial = reinterpret_cast<float *>(ws + plan.ws_partial);
+    a.nparts = plan.nparts;
+    /* RMSNorm without dbeta (a beta is optional) on the kernels of its own (RMS), where planned */
+    const bool rms = plan.rms_form && !a.layernorm && dbeta == nullptr;
+    if (plan.vec == VEC)
+      return launch_backward_vec<T, P, VEC>(plan, a, ws, rms, stream);
+    if (plan.vec == 1)
+      return launch_backward_vec<T, P, 1>(plan, a, ws, rms, stream);
+    return FNORM_ERR_UNSUPPORTED;
+  };
+  const Plan *used = &planned;
+  fnorm_status s = row_kernels(planned);
+  /* The hold tier's cooperative launch refused: nothing of this call has run yet (the finalize
+   * follows), so the fallback plan runs it instead. */
+  if (s != FNORM_SUCCESS && fallback) {
+    used = fallback;
+    s = row_kernels(*fallback);
+  }
+  const Plan &plan = *used;
   if (s != FNORM_SUCCESS || !a.want_dparams)
     return s;
   /* Lanes: the partial rows, up to 1024 / fin_cols; columns: fin_cols, more while the block
@@ -1584,14 +1865,14 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
 }
 
 template fnorm_status launch_backward<float, float>(const Plan &, BwdParams, void *, void *, void *,
-                                                    cudaStream_t);
+                                                    cudaStream_t, const Plan *);
 template fnorm_status launch_backward<f16, f16>(const Plan &, BwdParams, void *, void *, void *,
-                                                cudaStream_t);
+                                                cudaStream_t, const Plan *);
 template fnorm_status launch_backward<f16, float>(const Plan &, BwdParams, void *, void *, void *,
-                                                  cudaStream_t);
+                                                  cudaStream_t, const Plan *);
 template fnorm_status launch_backward<bf16, bf16>(const Plan &, BwdParams, void *, void *, void *,
-                                                  cudaStream_t);
+                                                  cudaStream_t, const Plan *);
 template fnorm_status launch_backward<bf16, float>(const Plan &, BwdParams, void *, void *, void *,
-                                                   cudaStream_t);
+                                                   cudaStream_t, const Plan *);
 
 } // namespace fnorm_cuda

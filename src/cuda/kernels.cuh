@@ -71,7 +71,10 @@ enum Mode {
                       (fwd_loop_kernel) */
   MODE_HOLD = 8    /* forward (sm_90), 16-byte fp32 RMSNorm rows past the register kernel's, not in
                       place: each row held whole in shared memory, cut into `nchunks` chunks
-                      over the CTAs of one cooperative launch (fwd_hold_kernel, hold_shape) */
+                      over the CTAs of one cooperative launch (fwd_hold_kernel, hold_shape);
+                      backward (sm_90), 16-byte rows from x past the ring's, likewise
+                      (bwd_hold_kernel; `nchunks` the most chunks a row, `nparts` the most rows
+                      at a time, which bound its workspace) */
 };
 
 /* fwd_loop_kernel's FORM bits (MODE_LOOP: Plan.variant is 8 + FORM where FORM is not 0). */
@@ -382,6 +385,23 @@ struct HoldShape {
   int64_t chunk;
 };
 bool hold_shape(int64_t nvec, int64_t rows, int64_t ctas, int64_t cap, HoldShape *hs);
+/* The backward's hold tier (bwd_hold_kernel, sm_90): vectors a thread at per_sm CTAs an SM of
+ * kHoldThreads with `stages` stages (one stage: 32 elements a thread at one CTA an SM, as the
+ * ring's RESIDENT form, 16 at two; two stages, tuning builds: four vectors, which two stages of
+ * at one CTA an SM fit in shared memory), and the shared memory a vector of its chunk takes: dy
+ * and x a stage, and gamma's fp32 values. */
+constexpr int bwd_hold_vpt(int vec, int per_sm, int stages) {
+  return stages == 2 ? 4 : 32 / vec / per_sm;
+}
+constexpr int bwd_hold_vec_bytes(int vec, int stages) {
+  return stages * 2 * 16 + vec * 4;
+}
+/* ... and the least chunk (vectors a CTA) at which release builds plan it: its wait for the other
+ * chunks' posts and its two passes cost about as much a row whatever the chunk, so short chunks
+ * pay more of them a byte. A/B runs EJ-EL (H200, fp32, release): cuts of 3972-4096 vectors a
+ * chunk (N = 196608, 262144, 1048576) gained 1.3-15.4 points, the cut of 3041 (802816) LayerNorm
+ * -0.8 to -1.9 and RMSNorm +0.6 to +1.5 against the stream tier; the line lies between. */
+constexpr int64_t kBwdHoldMinChunk = 7 * kHoldThreads;
 /* The vectors a MODE_HOLD CTA may hold at per_sm CTAs an SM: its share of the SM's shared memory,
  * less its reserved and static shared memory (4 KiB together), in 16-byte vectors. */
 constexpr int64_t hold_cap_vecs(int smem_per_sm, int per_sm = 2) {
@@ -394,9 +414,11 @@ template <typename T> constexpr int kCtaMinVpt = 8 * (int)sizeof(T) / 16;
 
 template <typename T, typename P>
 fnorm_status launch_forward(const Plan &plan, const FwdParams &a, cudaStream_t stream);
+/* fallback: the plan to run instead where `plan`'s row kernels cannot be launched (the backward's
+ * hold tier, whose cooperative launch the device may refuse), or NULL. */
 template <typename T, typename P>
 fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *dbeta,
-                             void *workspace, cudaStream_t stream);
+                             void *workspace, cudaStream_t stream, const Plan *fallback = nullptr);
 
 /* plan.cu: the plans (host code, no CUDA calls). `vec` is choose_vec's width: 16 / element bytes
  * where every pointer and stride allows 16-byte access and the row length is a multiple of it,
@@ -404,8 +426,10 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
 /* hold: MODE_HOLD may be planned (it posts its statistics through y, so not where y is x, and
  * not again after the device refused its cooperative launch). */
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool hold = true);
-/* from_y: the backward is given y, not x (plan_backward_from_y then completes the plan). */
-Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y);
+/* from_y: the backward is given y, not x (plan_backward_from_y then completes the plan). hold:
+ * MODE_HOLD may be planned (not again after the device refused its cooperative launch). */
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y,
+                   bool hold = true);
 /* The backward from y: the ring then keeps LayerNorm's beta (when given) in shared memory
  * where it fits (param_smem). */
 void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const DeviceInfo &dev);

@@ -214,13 +214,22 @@ struct Tuning {
                                kernel's past 32768 elements */
   int fwd_hold_sm;          /* ... CTAs an SM: 2 (512 threads); tuning builds also 4 (256) */
   int fwd_hold_parts;       /* ... the parts a chunk is copied in (tuning builds: 1 to 8) */
+  int bwd_hold;             /* backward (sm_90): fp32 16-byte rows from x that would take the
+                               ring's RESIDENT form in one stage or the stream tier, held whole
+                               on chip over one cooperative launch (bwd_hold_kernel, MODE_HOLD)
+                               where hold_shape finds a cut: 1; 0 never; 2 (tuning builds) the
+                               16-byte rows from x of every dtype from 65536 elements, and those
+                               that would take the stream tier */
+  int bwd_hold_sm;          /* ... CTAs an SM: 1; tuning builds also 2 (one stage) */
+  int bwd_hold_stages;      /* ... stages: 1; tuning builds also 2 (the next row's copy in flight
+                               through this row's work, at four vectors a thread) */
 };
 
 Tuning tuning() {
-  Tuning t = {1,  2,   3, 512, 1024, 512, 16,   8, 9,   11, 1, 1,   1, 4096,      1, 0, 1,
-              32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,         1, 1, 1,
-              1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,         0, 1, 1,
-              2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts};
+  Tuning t = {1,  2,   3, 512, 1024, 512, 16,   8, 9,   11, 1, 1,   1, 4096,       1, 0, 1,
+              32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,          1, 1, 1,
+              1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,          0, 1, 1,
+              2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts, 1, 1, 1};
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -272,6 +281,13 @@ Tuning tuning() {
   t.fwd_hold_parts = tune_knob("FNORM_TUNE_FWD_HOLD_PARTS", t.fwd_hold_parts);
   if (t.fwd_hold_parts < 1 || t.fwd_hold_parts > kBulkMaxPieces)
     t.fwd_hold_parts = kHoldParts;
+  t.bwd_hold = tune_knob("FNORM_TUNE_BWD_HOLD", t.bwd_hold);
+  t.bwd_hold_sm = tune_knob("FNORM_TUNE_BWD_HOLD_SM", t.bwd_hold_sm);
+  if (t.bwd_hold_sm != 1 && t.bwd_hold_sm != 2)
+    t.bwd_hold_sm = 1;
+  t.bwd_hold_stages = tune_knob("FNORM_TUNE_BWD_HOLD_STAGES", t.bwd_hold_stages);
+  if (t.bwd_hold_stages != 1 && t.bwd_hold_stages != 2)
+    t.bwd_hold_stages = 1;
   t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
@@ -1011,7 +1027,46 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
   return pl;
 }
 
-Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y) {
+/* MODE_HOLD for the backward (bwd_hold_kernel, sm_90): 16-byte rows from x where hold_shape finds
+ * a cut at the CTAs tn.bwd_hold_sm an SM with tn.bwd_hold_stages stages (Plan::nbuf) whose chunks
+ * hold kBwdHoldMinChunk vectors or more (tuning builds with FNORM_TUNE_BWD_HOLD=2: any); false
+ * where it does not (or at two CTAs an SM with two stages, which do not fit). The plan's nchunks
+ * and nparts bound the pieces and slots of any cut the launch may find (at most those CTAs): the
+ * workspace's posts ([rows][nchunks] pairs of floats, at ws_rowpart), counts ([rows], at ws_rowsum)
+ * and partial rows. */
+static bool plan_bwd_hold(Plan &pl, const fnorm_problem *p, int vec, int64_t nvec, bool from_y,
+                          const DeviceInfo &dev, const Tuning &tn) {
+  if (tn.bwd_hold < 1 || from_y || dev.cc_major < 9 || vec * dtype_bytes(p->dtype) != 16 ||
+      (dtype_bytes(p->dtype) != 4 && !(kTuningBuild && tn.bwd_hold == 2)))
+    return false;
+  const int per_sm = tn.bwd_hold_sm, stages = tn.bwd_hold_stages;
+  const int vpt = bwd_hold_vpt(vec, per_sm, stages);
+  const int64_t cap = (int64_t)vpt * kHoldThreads;
+  const size_t smem = (size_t)cap * bwd_hold_vec_bytes(vec, stages);
+  if (smem > (size_t)dev.max_smem_optin || per_sm * (smem + 4096) > (size_t)dev.smem_per_sm)
+    return false;
+  const int64_t ctas = (int64_t)per_sm * dev.sm_count;
+  HoldShape hs;
+  if (!hold_shape(nvec, p->rows, ctas, cap, &hs) ||
+      (hs.chunk < kBwdHoldMinChunk && !(kTuningBuild && tn.bwd_hold == 2)))
+    return false;
+  pl = Plan{};
+  pl.vec = vec;
+  pl.tier = TIER_ROW;
+  pl.mode = MODE_HOLD;
+  pl.cluster = pl.cluster_rows = 1;
+  pl.vpt = vpt;
+  pl.nbuf = stages;
+  pl.threads = kHoldThreads;
+  pl.smem = smem;
+  pl.chunk = hs.chunk;
+  pl.nchunks = ctas;
+  pl.nparts = min64(p->rows, ctas / ceil_div(nvec, cap));
+  pl.grid = (int64_t)hs.pieces * hs.slots;
+  return true;
+}
+
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y, bool hold) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
@@ -1151,7 +1206,12 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
                      p->rows * p->cols <= batch_max_elements(p->cols) &&
                      (tn.bwd_batch == 2 || (tn.bwd_batch == 1 && p->norm == FNORM_LAYERNORM));
   const size_t batch_smem = (size_t)bt_stages * bt_rows * 2 * bt_threads * bt_vpt * 16;
-  if (batch && batch_smem <= (size_t)dev.max_smem_optin) {
+  /* (tuning builds, FNORM_TUNE_BWD_HOLD=2: the hold tier ahead of the others from 65536
+   * elements, every dtype) */
+  if (kTuningBuild && hold && tn.bwd_hold == 2 && p->cols >= 65536 &&
+      plan_bwd_hold(pl, p, vec, nvec, from_y, dev, tn)) {
+    /* planned */
+  } else if (batch && batch_smem <= (size_t)dev.max_smem_optin) {
     pl.tier = TIER_BATCH;
     pl.cluster = bt_cluster;
     pl.threads = bt_threads;
@@ -1182,6 +1242,18 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
      * copy -> each thread's, % of the copy, twice each): fp32 262144 LayerNorm 56.9-57.0 ->
      * 65.6, RMSNorm 57.2-57.4 -> 66.0; 196608 55.4-55.7 -> 62.7-63.1. */
     pl.thread_fill = pl.variant && pl.nbuf == 1 && tn.bwd_resident_fill == 1;
+    /* fp32 rows the RESIDENT form would hold in one stage (N > 185920) take the hold tier
+     * instead (bwd_hold_kernel: each row over the CTAs of one cooperative launch, a CTA's up to
+     * 4096 vectors in one stage, where RESIDENT's cluster of 16 holds 4096 a CTA in one stage too
+     * but gets no further than its cluster). Sweep 108 (H200, tuning build, 2^27 elements): fp32
+     * 262144 LayerNorm 66.0% -> 74.8% of the copy, RMSNorm 66.4% -> 76.6%; 16-bit rows lost
+     * 18-25 points on it (bf16 262144 46.7-50.1%), so they keep RESIDENT. A/B run EL (release):
+     * 262144 +7.7 and +8.7 points, 196608 +11.9 and +15.4 (75.0% and 78.8%). */
+    if (hold && pl.variant == 1 && pl.nbuf == 1 && dtype_bytes(p->dtype) == 4) {
+      Plan held;
+      if (plan_bwd_hold(held, p, vec, nvec, from_y, dev, tn))
+        pl = held;
+    }
   } else if (warp_fits) {
     pl = Plan{};
     pl.vec = vec;
@@ -1226,7 +1298,12 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
           max64(1, min64(min64(2048 / pl.threads, 65536 / (128 * pl.threads)),
                          (int64_t)dev.smem_per_sm / (int64_t)(pl.smem + 1024)));
       plan_parts(pl, p, resident, max_cluster, dev);
-    } else {
+    } else if (!(hold && plan_bwd_hold(pl, p, vec, nvec, from_y, dev, tn))) {
+      /* (fp32 rows from x on sm_90 take the hold tier here where hold_shape cuts them in chunks
+       * of kBwdHoldMinChunk vectors or more: A/B run EL (H200, release) fp32 1048576 +1.3 to +7.7
+       * points; 802816, cut in chunks of 3041, LayerNorm -1.9 and -0.8, RMSNorm +1.1 and +0.6 at
+       * 64 and 167 rows, so it keeps the stream tier; 16-bit rows lost 1-15 points in A/B runs
+       * EJ and EK, so they keep it too) */
       plan_stream(pl, p, nvec, dev); /* any length */
     }
   }
@@ -1241,8 +1318,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * slower: those keep the general kernels (as do the warp tier's clusters, the register ring
    * and the stream tier, which have no RMS form). */
   const bool is16 = dtype_bytes(p->dtype) == 2;
-  const bool rms_kernels =
-      (pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING || pl.tier == TIER_BATCH;
+  const bool rms_kernels = (pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING ||
+                           pl.tier == TIER_BATCH || (pl.tier == TIER_ROW && pl.mode == MODE_HOLD);
   const bool rms_slower =
       (pl.tier == TIER_RING && !is16) || (is16 && p->rows >= 16384 &&
                                           ((pl.tier == TIER_WARP && pl.group == 256) ||
@@ -1258,17 +1335,27 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
                     ? tn.bwd_fin_cols
                     : (p->cols < 8 * (int64_t)dev.sm_count ? 16 : 32);
   pl.fin_pdl = dev.cc_major >= 9 && tn.bwd_fin_pdl;
-  /* Workspace: partials, then (stream tier) per-chunk and per-row sums; 256-byte aligned. */
+  /* Workspace: partials, then (stream tier) per-chunk and per-row sums, or (hold tier) the
+   * chunks' posted sums and each row's count of them; 256-byte aligned. */
+  const bool hold_tier = pl.tier == TIER_ROW && pl.mode == MODE_HOLD;
   size_t off = 0;
   pl.ws_partial = off;
   off += (size_t)round_up(2 * pl.nparts * p->cols * 4, 256);
   pl.ws_rowpart = off;
-  if (pl.tier == TIER_STREAM)
+  if (pl.tier == TIER_STREAM || hold_tier)
     off += (size_t)round_up(p->rows * pl.nchunks * 2 * 4, 256);
   pl.ws_rowsum = off;
   if (pl.tier == TIER_STREAM)
     off += (size_t)round_up(p->rows * 2 * 4, 256);
+  if (hold_tier)
+    off += (size_t)round_up(p->rows * 4, 256);
   pl.ws_bytes = off;
+  /* The hold tier's cooperative launch may be refused (fewer SMs given to this process than the
+   * device has, say): the dispatch then takes the plan without it, in the same workspace. */
+  if (hold_tier) {
+    const size_t other = plan_backward(p, vec, dev, from_y, false).ws_bytes;
+    pl.ws_bytes = other > pl.ws_bytes ? other : pl.ws_bytes;
+  }
   return pl;
 }
 
