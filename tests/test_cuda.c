@@ -210,6 +210,17 @@ static void forward_hard_cases(fnorm_norm norm, fnorm_dtype dt, int64_t rows, in
   }
 }
 
+/* A backward case without dx, then with dx alone (no dgamma or dbeta): a row kernel's two early
+ * exits. c is left as it came. */
+static void without_dx_then_dparams(tcase *c) {
+  c->dx = 0;
+  gpu_case("cuda", c);
+  c->dx = 1;
+  c->dgamma = c->dbeta = 0;
+  gpu_case("cuda", c);
+  c->dgamma = c->dbeta = 1;
+}
+
 static void cuda_sizes(void) {
   const int64_t *sizes = g_opt.quick ? sizes_quick : sizes_full;
   int n_sizes = g_opt.quick ? (int)(sizeof sizes_quick / sizeof sizes_quick[0])
@@ -597,12 +608,7 @@ static void cuda_sizes(void) {
       c = tcase_default(norms[q], FNORM_DTYPE_F32, FNORM_DTYPE_SAME, hold_rows[s],
                         hold_bwd[s].cols);
       c.fwd = c.bwd_y = 0;
-      c.dx = 0;
-      gpu_case("cuda", &c);
-      c.dx = 1;
-      c.dgamma = c.dbeta = 0;
-      gpu_case("cuda", &c);
-      c.dgamma = c.dbeta = 1;
+      without_dx_then_dparams(&c);
       c.input = INPUT_OFFSET_1E4;
       gpu_case("cuda", &c);
       c.input = INPUT_NONFINITE_DY;
@@ -656,14 +662,8 @@ static void cuda_sizes(void) {
       gpu_case("cuda", &c);
       if (g_opt.quick)
         break;
-      if (s < 2) {
-        c.dx = 0;
-        gpu_case("cuda", &c);
-        c.dx = 1;
-        c.dgamma = c.dbeta = 0;
-        gpu_case("cuda", &c);
-        c.dgamma = c.dbeta = 1;
-      }
+      if (s < 2)
+        without_dx_then_dparams(&c);
       if (norm == FNORM_RMSNORM) {
         c.dbeta = 0;
         gpu_case("cuda", &c);
