@@ -1118,16 +1118,19 @@ static void cuda_special(void) {
       "forward eps=0",  "backward dgamma == dx", "backward workspace one byte too small"};
   int k;
   group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");
-  /* (RMSNorm fp32 802816: the forward's hold kernel, a cooperative launch, on sm_90) */
-  for (k = 0; k < 3; k++) {
+  /* (RMSNorm fp32 802816: the forward's hold kernel, a cooperative launch, on sm_90; LayerNorm
+   * fp32 2^20: the backward's hold tier, a cooperative launch followed by the finalize) */
+  for (k = 0; k < 4; k++) {
 #ifdef FNORM_TESTS_HAVE_CUDA
     if (gpu != NULL) {
       if (k == 0)
         graph_case(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024);
       else if (k == 1)
         graph_case(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385);
-      else
+      else if (k == 2)
         graph_case(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816);
+      else
+        graph_case(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576);
       continue;
     }
 #endif
@@ -1136,8 +1139,10 @@ static void cuda_special(void) {
       case_begin("cuda graph ln bf16/pf32 N=1024 M=300: forward+backward captured and replayed");
     else if (k == 1)
       case_begin("cuda graph rms f32/psame N=16385 M=7: forward+backward captured and replayed");
-    else
+    else if (k == 2)
       case_begin("cuda graph rms f32/psame N=802816 M=19: forward+backward captured and replayed");
+    else
+      case_begin("cuda graph ln f32/psame N=1048576 M=19: forward+backward captured and replayed");
   }
   for (k = 0; k < 6; k++) {
 #ifdef FNORM_TESTS_HAVE_CUDA
