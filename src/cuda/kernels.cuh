@@ -72,8 +72,8 @@ enum Mode {
   MODE_HOLD = 8    /* forward (sm_90), 16-byte fp32 RMSNorm rows past the register kernel's, not in
                       place: each row held whole in shared memory, cut into `nchunks` chunks
                       over the CTAs of one cooperative launch (fwd_hold_kernel, hold_shape);
-                      backward (sm_90), 16-byte rows from x past the ring's, likewise
-                      (bwd_hold_kernel; `nchunks` the most chunks a row, `nparts` the most rows
+                      backward (sm_90), fp32 16-byte rows from x past the ring's RESIDENT
+                      form in two stages, likewise (bwd_hold_kernel; `nchunks` the most chunks a row, `nparts` the most rows
                       at a time, which bound its workspace) */
 };
 
