@@ -73,8 +73,9 @@ enum Mode {
                       place: each row held whole in shared memory, cut into `nchunks` chunks
                       over the CTAs of one cooperative launch (fwd_hold_kernel, hold_shape);
                       backward (sm_90), fp32 16-byte rows from x past the ring's RESIDENT
-                      form in two stages, likewise (bwd_hold_kernel; `nchunks` the most chunks a row,
-                      `nparts` the most rows    at a time, which bound its workspace) */
+                      form in two stages, likewise (bwd_hold_kernel; `nchunks` the most
+                      chunks a row, `nparts` the most rows at a time: its workspace's
+                      bounds) */
 };
 
 /* fwd_loop_kernel's FORM bits (MODE_LOOP: Plan.variant is 8 + FORM where FORM is not 0). */
