@@ -1292,6 +1292,15 @@ __global__ void __launch_bounds__(kHoldThreads, PER_SM)
     const V *sdy = stages + 2 * st * chunk_vecs, *sx = sdy + chunk_vecs;
     float mu, rs;
     row_stats(a, row, mu, rs, 0);
+    /* dy, xhat and g of the thread's vector k, from the stage (both passes) */
+    auto elems = [&](int k, float *d, float *xh, float *g) {
+      const int i = (int)threadIdx.x + k * nt;
+      float xv[VEC], gm[VEC];
+      unpack_f32<T, VEC>(sdy[i], d);
+      unpack_f32<T, VEC>(sx[i], xv);
+      load_smem_f32<VEC>(sgamma + (int64_t)i * VEC, gm);
+      bwd_elems<VEC, RMS>(d, xv, gm, nullptr, mu, rs, 0, xh, g);
+    };
     /* First pass: the chunk's sums of g and g * xhat, and dgamma/dbeta, each part as it lands. */
     float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -1300,12 +1309,8 @@ __global__ void __launch_bounds__(kHoldThreads, PER_SM)
         break;
       mbar_wait(&full[st * VPT + k], phase);
       if (mine[k]) {
-        const int i = (int)threadIdx.x + k * nt;
-        float d[VEC], xv[VEC], gm[VEC], xh[VEC], g[VEC];
-        unpack_f32<T, VEC>(sdy[i], d);
-        unpack_f32<T, VEC>(sx[i], xv);
-        load_smem_f32<VEC>(sgamma + (int64_t)i * VEC, gm);
-        bwd_elems<VEC, RMS>(d, xv, gm, nullptr, mu, rs, 0, xh, g);
+        float d[VEC], xh[VEC], g[VEC];
+        elems(k, d, xh, g);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           if (!RMS)
@@ -1322,24 +1327,11 @@ __global__ void __launch_bounds__(kHoldThreads, PER_SM)
     /* Post the chunk's sums; warp 0 waits for the row's, adds them and hands them to the CTA. */
     if (threadIdx.x == 0) {
       __stcg(posts + row * pieces + piece, make_float2(sums[0], sums[1]));
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counts + row) : "memory");
+      post_count_add(counts + row);
     }
     if (threadIdx.x < 32) {
       const int lane = (int)threadIdx.x;
-      unsigned seen = 0;
-      if (lane == 0)
-        do {
-          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
-                       : "=r"(seen)
-                       : "l"(counts + row)
-                       : "memory");
-        } while (seen < (unsigned)pieces);
-      __syncwarp();
-      /* each lane's own acquire: its reads of the pairs follow every post */
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                   : "=r"(seen)
-                   : "l"(counts + row)
-                   : "memory");
+      warp_wait_count(counts + row, (unsigned)pieces, lane);
       float tot[2] = {0.f, 0.f};
       for (int r = lane; r < pieces; r += 32) {
         const float2 q = __ldcg(posts + row * pieces + r);
@@ -1365,11 +1357,8 @@ __global__ void __launch_bounds__(kHoldThreads, PER_SM)
         break;
       if (mine[k] && dxr) {
         const int i = (int)threadIdx.x + k * nt;
-        float d[VEC], xv[VEC], gm[VEC], xh[VEC], g[VEC], out[VEC];
-        unpack_f32<T, VEC>(sdy[i], d);
-        unpack_f32<T, VEC>(sx[i], xv);
-        load_smem_f32<VEC>(sgamma + (int64_t)i * VEC, gm);
-        bwd_elems<VEC, RMS>(d, xv, gm, nullptr, mu, rs, 0, xh, g);
+        float d[VEC], xh[VEC], g[VEC], out[VEC];
+        elems(k, d, xh, g);
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           out[e] = dx_elem<RMS>(dr, g[e], xh[e]);
@@ -1649,9 +1638,11 @@ static fnorm_status launch_bwd_hold(const Plan &plan, BwdParams &a, char *ws, bo
                                     cudaStream_t stream) {
   void (*k)(BwdParams, int64_t, int, float2 *, unsigned *) = nullptr;
   constexpr int VPT1 = bwd_hold_vpt(VEC, 1, 1); /* one stage, a CTA an SM */
-  if (plan.nbuf == 1 && plan.vpt == VPT1 && !a.from_y)
-    k = rms ? bwd_hold_kernel<T, P, VEC, VPT1, 1, true, 1>
-            : bwd_hold_kernel<T, P, VEC, VPT1, 1, false, 1>;
+  /* (release builds plan fp32 rows only, so build no other) */
+  if constexpr (sizeof(T) == 4 || kTuningBuild)
+    if (plan.nbuf == 1 && plan.vpt == VPT1 && !a.from_y)
+      k = rms ? bwd_hold_kernel<T, P, VEC, VPT1, 1, true, 1>
+              : bwd_hold_kernel<T, P, VEC, VPT1, 1, false, 1>;
   if constexpr (kTuningBuild) { /* two stages, or two CTAs an SM (FNORM_TUNE_BWD_HOLD_*) */
     constexpr int VPT2 = bwd_hold_vpt(VEC, 1, 2), VPT1H = bwd_hold_vpt(VEC, 2, 1);
     if (plan.nbuf == 2 && plan.vpt == VPT2 && !a.from_y)
@@ -1675,17 +1666,10 @@ static fnorm_status launch_bwd_hold(const Plan &plan, BwdParams &a, char *ws, bo
       hs.slots > plan.nparts || hs.pieces > plan.nchunks)
     return FNORM_ERR_UNSUPPORTED;
   a.nparts = hs.slots;
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[1];
-  launch_config(cfg, attr, (int64_t)hs.pieces * hs.slots, plan.threads,
-                (size_t)hs.chunk * bwd_hold_vec_bytes(VEC, plan.nbuf), 1, stream);
-  attr[0].id = cudaLaunchAttributeCooperative; /* (no cluster: the one attribute) */
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return launch_configured(cfg, k, a, hs.chunk, hs.pieces,
-                           reinterpret_cast<float2 *>(ws + plan.ws_rowpart),
-                           reinterpret_cast<unsigned *>(ws + plan.ws_rowsum));
+  return launch_cooperative(k, (int64_t)hs.pieces * hs.slots, plan.threads,
+                            (size_t)hs.chunk * bwd_hold_vec_bytes(VEC, plan.nbuf), stream, a,
+                            hs.chunk, hs.pieces, reinterpret_cast<float2 *>(ws + plan.ws_rowpart),
+                            reinterpret_cast<unsigned *>(ws + plan.ws_rowsum));
 }
 
 template <typename T, typename P, int VEC>

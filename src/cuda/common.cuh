@@ -623,6 +623,24 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 #endif
 
+/* ---- posts counted in global memory (the hold kernels, one cooperative launch) ----
+ * A CTA writes what it posts, then adds 1 to the count (release: the post is visible to whoever
+ * sees the count); warp 0 of a CTA that needs `n` posts waits for the count (lane 0 spins relaxed)
+ * and then each lane acquires it, so that its own reads of the posts follow every post. */
+__device__ __forceinline__ void post_count_add(unsigned *count) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+}
+/* Every lane of the waiting warp calls it, with its lane index. */
+__device__ __forceinline__ void warp_wait_count(const unsigned *count, unsigned n, int lane) {
+  unsigned seen = 0;
+  if (lane == 0)
+    do {
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+    } while (seen < n);
+  __syncwarp();
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+}
+
 /* Shared scratch of the ring kernels' reductions: warp partials (two slots, one barrier per
  * sum) and the cluster exchange (two slots of up to 16 CTAs x 4 floats, filled by st.async and
  * counted on an mbarrier per slot). */

@@ -2191,20 +2191,12 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
     /* Post the chunk's statistics to every chunk of the row. */
     for (int t = (int)threadIdx.x; t < pieces; t += c.nt) {
       __stcg(post_slots(row, t) + piece, post);
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(post_count(row, t)) : "memory");
+      post_count_add(post_count(row, t));
     }
     /* Warp 0 waits for the row's posts, combines them and hands the row's terms to the CTA. */
     if (threadIdx.x < 32) {
       const int lane = (int)threadIdx.x;
-      const unsigned *cnt = post_count(row, piece);
-      unsigned seen = 0;
-      if (lane == 0)
-        do {
-          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(cnt) : "memory");
-        } while (seen < (unsigned)pieces);
-      __syncwarp();
-      /* each lane's own acquire: its reads of the slots follow every post */
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(cnt) : "memory");
+      warp_wait_count(post_count(row, piece), (unsigned)pieces, lane);
       const float4 *slots = post_slots(row, piece);
       float4 res = make_float4(0.f, 0.f, 0.f, 0.f);
       if constexpr (LN) {
@@ -2289,15 +2281,8 @@ static fnorm_status launch_hold(const Plan &plan, const FwdParams &a, cudaStream
   HoldShape hs;
   if (!hold_shape(a.cols / VEC, a.rows, ctas, (int64_t)(plan.smem / 16), &hs))
     return FNORM_ERR_UNSUPPORTED;
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr[1];
-  launch_config(cfg, attr, (int64_t)hs.pieces * hs.slots, plan.threads, (size_t)hs.chunk * 16, 1,
-                stream);
-  attr[0].id = cudaLaunchAttributeCooperative; /* (no cluster: the one attribute) */
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return launch_configured(cfg, k, a, hs.chunk, hs.pieces, plan.nbuf);
+  return launch_cooperative(k, (int64_t)hs.pieces * hs.slots, plan.threads, (size_t)hs.chunk * 16,
+                            stream, a, hs.chunk, hs.pieces, plan.nbuf);
 }
 
 /* fwd_reg_kernel's form for the plan (nullptr if none), at VPT vectors a thread in CTAs of up

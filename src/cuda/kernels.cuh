@@ -534,6 +534,23 @@ fnorm_status launch_configured(const cudaLaunchConfig_t &cfg, void (*kernel)(KAr
   return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
 }
 
+/* A cooperative launch (every CTA resident at once, which a grid-wide barrier and waits on other
+ * CTAs' posts need; no cluster) of `grid` CTAs of a kernel whose attributes for smem are set
+ * already (kernel_attributes); returns FNORM_ERR_CUDA on any failure, the device's refusal
+ * included. */
+template <typename... KArgs, typename... Args>
+fnorm_status launch_cooperative(void (*kernel)(KArgs...), int64_t grid, int threads, size_t smem,
+                                cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+  launch_config(cfg, attr, grid, threads, smem, 1, stream);
+  attr[0].id = cudaLaunchAttributeCooperative; /* (no cluster: the one attribute) */
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return launch_configured(cfg, kernel, args...);
+}
+
 /* Launch `grid` CTAs (> 0) of a kernel whose attributes for smem and cluster
  * (kernel_attributes) are set already; returns FNORM_ERR_CUDA on any failure. */
 template <typename... KArgs, typename... Args>
