@@ -21,6 +21,8 @@ if [ "${1:-}" = prepare ]; then
   [ $# -ge 3 ] || { echo "usage: $0 prepare REV FILE..." >&2; exit 2; }
   rev=$2
   shift 2
+  # Start afresh: files left by an earlier prepare would be laid over T0 too.
+  rm -rf "$T0_DIR"
   for f in "$@"; do
     mkdir -p "$T0_DIR/$(dirname "$f")"
     git show "$rev:$f" >"$T0_DIR/$f" || exit 1
@@ -49,6 +51,7 @@ build() {
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFNORM_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >"$3" 2>&1 && cmake --build "$2" -j "$JOBS" >>"$3" 2>&1
 }
+rm -rf build-ab-t0 # its cache names an earlier run's temporary source folder
 build "$src0" build-ab-t0 "$OUT/ab-t0-build.log" &
 pid0=$!
 build . build-ab-t1 "$OUT/ab-t1-build.log"
@@ -57,7 +60,7 @@ wait $pid0
 rc0=$?
 echo "builds: T0 rc=$rc0, T1 rc=$rc1 ($((SECONDS - start)) s)"
 if [ $rc0 -ne 0 ] || [ $rc1 -ne 0 ]; then
-  tail -20 "$OUT"/ab-t*-build.log
+  tail -n 20 "$OUT"/ab-t*-build.log
   exit 1
 fi
 
