@@ -2126,14 +2126,18 @@ __global__ void __launch_bounds__(512, 1)
  * thread a row, and its per-row posts and waits cost more than the second read saved. Here a
  * CTA holds up to 111 KiB of a row, so the post and wait come once for that many bytes.
  *
- * The chunks' statistics meet through y, since the call has no workspace (as sweep 58's did):
- * the first `pieces` 16-byte slots of every chunk of a row in y receive each chunk's (ref, c, m2,
- * n) (RMSNorm: its sum of squares), and the next slot's first word counts them. A CTA writes its
- * slot into every chunk of the row, each followed by a release add to that chunk's count; the
+ * The chunks' statistics meet through y, since the call has no workspace (as sweep 58's did).
+ * LayerNorm (tuning builds): the first `pieces` 16-byte slots of every chunk of a row in y
+ * receive each chunk's (ref, c, m2, n), and the next slot's first word counts them. A CTA writes
+ * its slot into every chunk of the row, each followed by a release add to that chunk's count; the
  * chunk's own CTA waits (acquire) for all `pieces`, reads the slots and only then overwrites
- * them with y. Each CTA zeroes its chunk's counts for all its rows before one grid-wide barrier
- * (its first row's copies already in flight). Every CTA combines the slots in piece order with
- * the same code, so all chunks of a row get the same statistics, whatever the timing. */
+ * them with y. RMSNorm: the first `pieces` 8-byte words of every chunk of a row receive each
+ * chunk's sum of squares beside a set flag in one 64-bit store, and the chunk's CTA polls each
+ * word until its flag is set, with no count to add to or wait on (A/B run EN: +0.2 to +1.1
+ * points on fp32 802816-2^20). Each CTA clears its chunk's counts (words) for all its rows
+ * before one grid-wide barrier (its first row's copies already in flight). Every CTA combines
+ * the posts in piece order with the same code, so all chunks of a row get the same statistics,
+ * whatever the timing. */
 /* PER_SM: the CTAs an SM it is built for, of 2 * kHoldThreads / PER_SM threads (release builds
  * 2; tuning builds also 4, FNORM_TUNE_FWD_HOLD_SM). */
 template <typename T, typename P, int VEC, bool LN, int PER_SM = 2>
@@ -2164,10 +2168,20 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
   if (threadIdx.x == 0 && slot < a.rows)
     for (int p = 0; p < parts; ++p)
       staged_issue<T, VEC>(c, stage, full, xchunk, a.x_stride, p, slot);
-  for (int64_t row = slot + (int64_t)threadIdx.x * nslots; row < a.rows;
-       row += (int64_t)c.nt * nslots)
-    *post_count(row, piece) = 0u;
-  cg::this_grid().sync(); /* every count zeroed before any post */
+  /* RMSNorm: the chunk's words (a flagged sum of squares for each chunk) cleared instead */
+  auto post_words = [&](int64_t row, int at) {
+    return reinterpret_cast<unsigned long long *>(post_slots(row, at));
+  };
+  if constexpr (LN) {
+    for (int64_t row = slot + (int64_t)threadIdx.x * nslots; row < a.rows;
+         row += (int64_t)c.nt * nslots)
+      *post_count(row, piece) = 0u;
+  } else {
+    const int64_t mine_rows = slot < a.rows ? (a.rows - slot + nslots - 1) / nslots : 0;
+    for (int64_t j = threadIdx.x; j < mine_rows * pieces; j += c.nt)
+      post_words(slot + (j / pieces) * nslots, piece)[j % pieces] = 0ull;
+  }
+  cg::this_grid().sync(); /* every count (word) cleared before any post */
   const int mine = count > (int)threadIdx.x ? (count - (int)threadIdx.x + c.nt - 1) / c.nt : 0;
   const LnCounts counts = ln_counts(mine * VEC, (int64_t)count * VEC);
   const float inv_n = count_rcp((float)a.cols);
@@ -2188,15 +2202,23 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
       cta_sum<1>(v, red, round);
       post = make_float4(v[0], 0.f, 0.f, 0.f);
     }
-    /* Post the chunk's statistics to every chunk of the row. */
+    /* Post the chunk's statistics to every chunk of the row (RMSNorm: as one 64-bit word, the
+     * sum's bits beside a set flag, a single-copy-atomic store with no count). */
     for (int t = (int)threadIdx.x; t < pieces; t += c.nt) {
-      __stcg(post_slots(row, t) + piece, post);
-      post_count_add(post_count(row, t));
+      if constexpr (LN) {
+        __stcg(post_slots(row, t) + piece, post);
+        post_count_add(post_count(row, t));
+      } else {
+        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(post_words(row, t) + piece),
+                     "l"((1ull << 32) | __float_as_uint(post.x))
+                     : "memory");
+      }
     }
     /* Warp 0 waits for the row's posts, combines them and hands the row's terms to the CTA. */
     if (threadIdx.x < 32) {
       const int lane = (int)threadIdx.x;
-      warp_wait_count(post_count(row, piece), (unsigned)pieces, lane);
+      if constexpr (LN)
+        warp_wait_count(post_count(row, piece), (unsigned)pieces, lane);
       const float4 *slots = post_slots(row, piece);
       float4 res = make_float4(0.f, 0.f, 0.f, 0.f);
       if constexpr (LN) {
@@ -2221,9 +2243,20 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
         /* x normalizes as ((x - ref) - off) * rstd with this chunk's own ref */
         res = make_float4(post.x, cr - (post.x - mref), 1.f / sqrtf(var + a.eps), mref + cr);
       } else {
+        /* each lane polls its chunks' words until their flags are set: the sum arrives in the
+         * same single-copy-atomic word as its flag, so no acquire is needed */
         float ss[1] = {0.f};
-        for (int r = lane; r < pieces; r += 32)
-          ss[0] += __ldcg(&slots[r].x);
+        const unsigned long long *words = post_words(row, piece);
+        for (int r = lane; r < pieces; r += 32) {
+          unsigned long long w;
+          do {
+            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];"
+                         : "=l"(w)
+                         : "l"(words + r)
+                         : "memory");
+          } while (!(w >> 32));
+          ss[0] += __uint_as_float((unsigned)w);
+        }
         group_sum<32, 1>(ss);
         res.z = 1.f / sqrtf(ss[0] * inv_n + a.eps);
       }
