@@ -319,11 +319,16 @@ static void cuda_sizes(void) {
    * 6082 vectors, 8 rows at a time on an H200) at 19 rows (a last round of 3 rows), with explicit
    * strides and no gamma, beta, mean or rstd too; 300004 at 80 rows (a shorter last chunk); 2^20
    * at one row (over every CTA); the 1e4 offset, NaN/Inf rows, and in place (the streaming
-   * kernel instead). Under --quick 802816 alone. */
+   * kernel instead); RMSNorm with beta too. Under --quick 802816 alone. */
   {
     static const case_shape hold_form[] = {{0, 0, 802816}, {0, 1, 802816},  {0, 0, 300004},
                                            {0, 1, 300004}, {0, 0, 1048576}, {0, 1, 1048576}};
     forward_cases(hold_form, 2, 19, 2);
+    { /* RMSNorm with beta (the usual RMSNorm case has none) */
+      tcase c = tcase_default(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816);
+      c.beta = 1;
+      gpu_forward_case("cuda", &c);
+    }
     if (!g_opt.quick) {
       forward_cases(hold_form + 2, 2, 80, 0);
       forward_cases(hold_form + 4, 2, 1, 0);
