@@ -2209,9 +2209,7 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
         __stcg(post_slots(row, t) + piece, post);
         post_count_add(post_count(row, t));
       } else {
-        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(post_words(row, t) + piece),
-                     "l"((1ull << 32) | __float_as_uint(post.x))
-                     : "memory");
+        post_flagged(post_words(row, t) + piece, post.x);
       }
     }
     /* Warp 0 waits for the row's posts, combines them and hands the row's terms to the CTA. */
@@ -2243,20 +2241,11 @@ __global__ void __launch_bounds__(2 * kHoldThreads / PER_SM, PER_SM)
         /* x normalizes as ((x - ref) - off) * rstd with this chunk's own ref */
         res = make_float4(post.x, cr - (post.x - mref), 1.f / sqrtf(var + a.eps), mref + cr);
       } else {
-        /* each lane polls its chunks' words until their flags are set: the sum arrives in the
-         * same single-copy-atomic word as its flag, so no acquire is needed */
+        /* each lane waits for its chunks' flagged words */
         float ss[1] = {0.f};
         const unsigned long long *words = post_words(row, piece);
-        for (int r = lane; r < pieces; r += 32) {
-          unsigned long long w;
-          do {
-            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];"
-                         : "=l"(w)
-                         : "l"(words + r)
-                         : "memory");
-          } while (!(w >> 32));
-          ss[0] += __uint_as_float((unsigned)w);
-        }
+        for (int r = lane; r < pieces; r += 32)
+          ss[0] += wait_flagged(words + r);
         group_sum<32, 1>(ss);
         res.z = 1.f / sqrtf(ss[0] * inv_n + a.eps);
       }
