@@ -122,6 +122,25 @@ __device__ __forceinline__ void row_stats(const BwdParams &a, int64_t row, float
   row_stats(a, row, mu, rs, a.from_y);
 }
 
+/* A thread's share of a row's two sums (of g, and of g * xhat), each kept as four partial sums
+ * (short dependency chains), a vector at a time; RMS: only the second. row_terms_total folds
+ * them in a fixed order. */
+template <int VEC, bool RMS>
+__device__ __forceinline__ void row_terms_add(float (&p0)[4], float (&p1)[4], const float *g,
+                                              const float *xh) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    if (!RMS)
+      p0[e & 3] += g[e];
+    p1[e & 3] = fmaf(g[e], xh[e], p1[e & 3]);
+  }
+}
+__device__ __forceinline__ void row_terms_total(const float (&p0)[4], const float (&p1)[4],
+                                                float (&sums)[2]) {
+  sums[0] = (p0[0] + p0[1]) + (p0[2] + p0[3]);
+  sums[1] = (p1[0] + p1[1]) + (p1[2] + p1[3]);
+}
+
 /* A row's two sums (of g, and of g * xhat) over the CTA. RMS (an RMSNorm kernel): the first
  * is 0, and only the second is added, a value a warp instead of two. */
 template <bool RMS>
@@ -1060,14 +1079,10 @@ __global__ void __launch_bounds__(512, 1)
           if (tfill) /* vector k's group has landed (one group a vector, in order) */
             cp_async_wait_upto(VPT - 1 - k);
           elems(k, d, xh, g);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            if (!RMS)
-              p0[e & 3] += g[e];
-            p1[e & 3] = fmaf(g[e], xh[e], p1[e & 3]);
-          }
+          row_terms_add<VEC, RMS>(p0, p1, g, xh);
         }
-      float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
+      float sums[2];
+      row_terms_total(p0, p1, sums);
       row_sums<RMS>(sums, a.layernorm, red, round);
       cluster_sum2<sizeof(T) == 2>(sums, red, xround, csize);
       const DxRow dr = dx_row(rs, sums[0], sums[1], inv_n);
@@ -1122,15 +1137,11 @@ __global__ void __launch_bounds__(512, 1)
             load_param<P, VEC>(beta, (v0 + i) * VEC, 0.f, bt);
           }
           bwd_elems<VEC, RMS>(&d[k * VEC], xv, &gm[k * VEC], bt, mu, rs, from_y, &xh[k * VEC], g);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            if (!RMS)
-              p0[e & 3] += g[e];
-            p1[e & 3] = fmaf(g[e], xh[k * VEC + e], p1[e & 3]);
-          }
+          row_terms_add<VEC, RMS>(p0, p1, g, &xh[k * VEC]);
         } /* (d and xh of vectors not the thread's are never read: no zeroing each row) */
       }
-      float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
+      float sums[2];
+      row_terms_total(p0, p1, sums);
       row_sums_post<RMS>(sums, a.layernorm, red, &sumbar, round);
       /* dgamma/dbeta need only dy and xhat: added while the other warps reach the sum. */
 #pragma unroll
@@ -1311,18 +1322,17 @@ __global__ void __launch_bounds__(kHoldThreads, PER_SM)
       if (mine[k]) {
         float d[VEC], xh[VEC], g[VEC];
         elems(k, d, xh, g);
+        row_terms_add<VEC, RMS>(p0, p1, g, xh);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          if (!RMS)
-            p0[e & 3] += g[e];
-          p1[e & 3] = fmaf(g[e], xh[e], p1[e & 3]);
           acc_g[k * VEC + e] = fmaf(d[e], xh[e], acc_g[k * VEC + e]);
           if (!RMS)
             acc_b[k * VEC + e] += d[e];
         }
       }
     }
-    float sums[2] = {(p0[0] + p0[1]) + (p0[2] + p0[3]), (p1[0] + p1[1]) + (p1[2] + p1[3])};
+    float sums[2];
+    row_terms_total(p0, p1, sums);
     row_sums<RMS>(sums, a.layernorm, red, round);
     /* Post the chunk's sums; warp 0 waits for the row's, adds them and hands them to the CTA. */
     if (threadIdx.x == 0) {
