@@ -816,6 +816,10 @@ static void cuda_hard_inputs(void) {
  * CUDA graph capture, and argument checks with device pointers
  * ---------------------------------------------------------------------------------------- */
 
+/* A graph case's name (graph_case's, and the same when only counted): norm, dtype, param dtype,
+ * N, M. */
+#define GRAPH_CASE_NAME "cuda graph %s %s/p%s N=%lld M=%lld: forward+backward captured and replayed"
+
 #ifdef FNORM_TESTS_HAVE_CUDA
 
 enum { G_X, G_GAMMA, G_BETA, G_Y, G_MEAN, G_RSTD, G_DY, G_DX, G_DGAMMA, G_DBETA, G_COUNT };
@@ -921,9 +925,8 @@ static void graph_case(fnorm_norm norm, fnorm_dtype dtype, fnorm_dtype param_dty
   size_t pes = fnorm_dtype_size(param_dtype == FNORM_DTYPE_SAME ? dtype : param_dtype);
   rng r;
   int k, round;
-  if (!case_begin("cuda graph %s %s/p%s N=%lld M=%lld: forward+backward captured and replayed",
-                  norm_name(norm), dtype_name(dtype), dtype_name(param_dtype), (long long)cols,
-                  (long long)rows))
+  if (!case_begin(GRAPH_CASE_NAME, norm_name(norm), dtype_name(dtype), dtype_name(param_dtype),
+                  (long long)cols, (long long)rows))
     return;
   memset(&b, 0, sizeof b);
   if (cuda_broken) {
@@ -1121,33 +1124,29 @@ static void cuda_special(void) {
   static const char *const bad_names[6] = {
       "forward x=NULL", "forward y misaligned",  "forward y overlapping x",
       "forward eps=0",  "backward dgamma == dx", "backward workspace one byte too small"};
-  int k;
-  group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");
   /* (RMSNorm fp32 802816: the forward's hold kernel, a cooperative launch, on sm_90; LayerNorm
    * fp32 2^20: the backward's hold tier, a cooperative launch followed by the finalize) */
+  static const struct {
+    fnorm_norm norm;
+    fnorm_dtype dtype, param_dtype;
+    int64_t rows, cols;
+  } graphs[4] = {{FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024},
+                 {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385},
+                 {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816},
+                 {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576}};
+  int k;
+  group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");
   for (k = 0; k < 4; k++) {
 #ifdef FNORM_TESTS_HAVE_CUDA
     if (gpu != NULL) {
-      if (k == 0)
-        graph_case(FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024);
-      else if (k == 1)
-        graph_case(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385);
-      else if (k == 2)
-        graph_case(FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816);
-      else
-        graph_case(FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576);
+      graph_case(graphs[k].norm, graphs[k].dtype, graphs[k].param_dtype, graphs[k].rows,
+                 graphs[k].cols);
       continue;
     }
 #endif
-    /* Only counted: same names as above. */
-    if (k == 0)
-      case_begin("cuda graph ln bf16/pf32 N=1024 M=300: forward+backward captured and replayed");
-    else if (k == 1)
-      case_begin("cuda graph rms f32/psame N=16385 M=7: forward+backward captured and replayed");
-    else if (k == 2)
-      case_begin("cuda graph rms f32/psame N=802816 M=19: forward+backward captured and replayed");
-    else
-      case_begin("cuda graph ln f32/psame N=1048576 M=19: forward+backward captured and replayed");
+    case_begin(GRAPH_CASE_NAME, norm_name(graphs[k].norm), dtype_name(graphs[k].dtype),
+               dtype_name(graphs[k].param_dtype), (long long)graphs[k].cols,
+               (long long)graphs[k].rows);
   }
   for (k = 0; k < 6; k++) {
 #ifdef FNORM_TESTS_HAVE_CUDA
