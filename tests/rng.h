@@ -27,6 +27,14 @@ static inline uint64_t rng_next(rng *r) {
   return z ^ (z >> 31);
 }
 
+/* splitmix64's finalizer alone: a well-mixed 64-bit value of x (to seed a stream of its own
+ * from a seed and an index, streams that do not overlap as consecutive seeds would). */
+static inline uint64_t rng_mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 /* Uniform in [0, 1), 53 random bits. */
 static inline double rng_uniform(rng *r) {
   return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
