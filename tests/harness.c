@@ -24,6 +24,7 @@ static char current_name[512];
 static int current_failures;
 static int current_skipped;
 static double current_worst_ratio;
+static double current_start; /* when the running case began (its time in --verbose's line) */
 
 double now_seconds(void) {
   struct timespec ts;
@@ -92,6 +93,7 @@ int case_begin(const char *fmt, ...) {
   current_failures = 0;
   current_skipped = 0;
   current_worst_ratio = 0.0;
+  current_start = now_seconds();
   return 1;
 }
 
@@ -155,7 +157,8 @@ void case_end(void) {
     group_passed++;
     total_passed++;
     if (g_opt.verbose)
-      printf("ok   [%s] worst err/tol %.3f\n", current_name, current_worst_ratio);
+      printf("ok   [%s] worst err/tol %.3f (%.2f s)\n", current_name, current_worst_ratio,
+             now_seconds() - current_start);
   }
 }
 

@@ -19,7 +19,7 @@ static int usage(const char *argv0) {
           "  --shard K/N      of the cases selected, run only every N-th from the K-th (K from\n"
           "                   0 to N - 1): N runs, K = 0 .. N - 1, run each case once\n"
           "  --seed N         seed of the random inputs (default 1)\n"
-          "  --verbose        a line per passing case with its worst error/tolerance ratio\n"
+          "  --verbose        a line per passing case: worst error/tolerance ratio, time\n"
           "  --details        and a line per check with its worst element\n",
           argv0);
   return 2;
