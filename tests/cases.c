@@ -30,9 +30,11 @@ const executor cpu_executor = {"cpu", FNORM_DEVICE_CPU, NULL, NULL, NULL, NULL, 
 #define TESTS_PARALLEL_FOR
 #endif
 
-/* Blocks a loop over n rows (or columns) is cut into, and block b's first index. */
+/* Blocks a loop over n rows (or columns) is cut into (at most PAR_BLOCKS_MAX), and block b's
+ * first index. */
+enum { PAR_BLOCKS_MAX = 256 };
 static int64_t par_blocks(int64_t n) {
-  return n < 256 ? n : 256;
+  return n < PAR_BLOCKS_MAX ? n : PAR_BLOCKS_MAX;
 }
 static int64_t par_lo(int64_t n, int64_t nblk, int64_t b) {
   return (int64_t)((long double)n * (long double)b / (long double)nblk);
@@ -511,19 +513,23 @@ static int case_data_init(case_data *d, const tcase *c0) {
    * parallel and the same on any thread count. */
   {
     const uint64_t seed = case_seed();
+    const int64_t nblk = par_blocks(M);
     TESTS_PARALLEL_FOR
-    for (i = 0; i < M; i++) {
-      rng rr = rng_seeded(rng_mix(seed ^ rng_mix((uint64_t)i + 1)));
-      double shift = rng_range(&rr, -1.0, 1.0), scale = rng_range(&rr, 0.5, 2.0);
-      int64_t k;
-      if (c->input == INPUT_OFFSET_1E4) {
-        shift = 1e4;
-        scale = 1.0;
+    for (i = 0; i < nblk; i++) {
+      int64_t q, k;
+      for (q = par_lo(M, nblk, i); q < par_lo(M, nblk, i + 1); q++) {
+        rng rr = rng_seeded(rng_mix(seed ^ rng_mix((uint64_t)q + 1)));
+        double shift = rng_range(&rr, -1.0, 1.0), scale = rng_range(&rr, 0.5, 2.0);
+        if (c->input == INPUT_OFFSET_1E4) {
+          shift = 1e4;
+          scale = 1.0;
+        }
+        for (k = 0; k < N; k++)
+          store_elem(tbuf_elem(&d->x, q, k), c->dtype,
+                     nonzero_value(&rr, c->dtype, shift, scale, 1));
+        for (k = 0; k < N; k++)
+          store_elem(tbuf_elem(&d->dy, q, k), c->dtype, nonzero_value(&rr, c->dtype, 0.0, 1.0, 1));
       }
-      for (k = 0; k < N; k++)
-        store_elem(tbuf_elem(&d->x, i, k), c->dtype, nonzero_value(&rr, c->dtype, shift, scale, 1));
-      for (k = 0; k < N; k++)
-        store_elem(tbuf_elem(&d->dy, i, k), c->dtype, nonzero_value(&rr, c->dtype, 0.0, 1.0, 1));
     }
   }
   if (c->input == INPUT_NONFINITE_X) {
@@ -559,7 +565,7 @@ static int case_data_init(case_data *d, const tcase *c0) {
     long double *g = (long double *)malloc((size_t)N * sizeof(long double));
     long double *b = (long double *)malloc((size_t)N * sizeof(long double));
     const int64_t nblk = par_blocks(M);
-    unsigned char failed[256] = {0}; /* a block's own flag: its buffers were not allocated */
+    unsigned char failed[PAR_BLOCKS_MAX] = {0}; /* a block's own flag: no memory for its buffers */
     if (!g || !b) {
       free(g);
       free(b);
@@ -1080,8 +1086,8 @@ static void check_backward(const case_data *d, int from_y, const op_result *r,
   double eps_p = dtype_eps(d->pdtype), floor_p = dtype_min_spacing(d->pdtype);
   double eps32 = (double)FLT_EPSILON, red_n = reduction_factor(N), red_m = reduction_factor(M);
   long double *cols = NULL;
-  int strict = c->input == INPUT_OFFSET_1E4; /* see check_forward */
-  unsigned char failed[256] = {0};           /* a block's own flag: no memory for its buffers */
+  int strict = c->input == INPUT_OFFSET_1E4;  /* see check_forward */
+  unsigned char failed[PAR_BLOCKS_MAX] = {0}; /* a block's own flag: no memory for its buffers */
   err_track tdx, tdg, tdb, odx, odg, odb, (*blk)[2] = NULL;
   char op2[160];
   memset(&tdx, 0, sizeof tdx);
