@@ -1001,6 +1001,15 @@ void check_choices() {
     expect(h200, F32, LN, 512, 262144, true,
            pl.tier == TIER_RING && pl.variant == 1 && pl.nbuf == 1 && pl.thread_fill == 1,
            "without the hold tier: the ring's RESIDENT form, one stage, each thread's refill");
+    {
+      Plan fallback = {};
+      const Plan held = plan_backward(&p, 4, h200.info, false, true, &fallback);
+      expect(h200, F32, LN, 512, 262144, true,
+             is_bwd_hold(held) && fallback.tier == pl.tier && fallback.variant == pl.variant &&
+                 fallback.nbuf == pl.nbuf && fallback.grid == pl.grid &&
+                 fallback.ws_bytes == pl.ws_bytes && held.ws_bytes >= fallback.ws_bytes,
+             "the fallback the hold plan hands the dispatch: the plan without it");
+    }
     p = problem(F32, LN, 132, 262144); /* (one stage: 1.5 rows an SM) */
     expect(h200, F32, LN, 132, 262144, true, is_bwd_hold(plan_backward(&p, 4, h200.info, false)),
            "the hold tier");

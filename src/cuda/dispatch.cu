@@ -130,7 +130,12 @@ extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_
   const void *row_ptrs[3] = {a->dy, xy, a->dx};
   const int64_t strides[3] = {p->dy_stride, xy_stride, p->dx_stride};
   const void *params[2] = {a->gamma, from_y ? a->beta : nullptr};
-  Plan plan = plan_backward(p, choose_vec(p, row_ptrs, strides, 3, params, 2), dev, from_y);
+  /* As the forward's: where the device refuses the hold tier's cooperative launch, the rows go to
+   * the tier they take without it (launch_backward, before its finalize: nothing has run yet, so
+   * an in-place dx has not overwritten dy). The hold plan's workspace covers that plan's. */
+  Plan without_hold = {};
+  Plan plan = plan_backward(p, choose_vec(p, row_ptrs, strides, 3, params, 2), dev, from_y, true,
+                            &without_hold);
   if (from_y)
     plan_backward_from_y(plan, p, a->beta != nullptr, dev);
   if (plan.ws_bytes > workspace_bytes)
@@ -151,13 +156,7 @@ extern "C" fnorm_status fnorm_cuda_backward(const fnorm_problem *p, const fnorm_
   k.layernorm = p->norm == FNORM_LAYERNORM;
   k.from_y = from_y ? (plan.fast_div ? 2 : 1) : 0;
   cudaStream_t st = (cudaStream_t)stream;
-  /* As the forward's: where the device refuses the hold tier's cooperative launch, the rows go to
-   * the tier they take without it (launch_backward, before its finalize: nothing has run yet, so
-   * an in-place dx has not overwritten dy). The hold plan's workspace covers that plan's. */
-  Plan without_hold = {};
   const bool hold = plan.tier == TIER_ROW && plan.mode == MODE_HOLD;
-  if (hold)
-    without_hold = plan_backward(p, plan.vec, dev, from_y, false);
   return by_dtype(p, [&](auto *t, auto *pt) {
     return launch_backward<std::remove_pointer_t<decltype(t)>, std::remove_pointer_t<decltype(pt)>>(
         plan, k, a->dgamma, a->dbeta, workspace, st, hold ? &without_hold : nullptr);

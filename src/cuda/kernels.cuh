@@ -428,9 +428,12 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
  * not again after the device refused its cooperative launch). */
 Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool hold = true);
 /* from_y: the backward is given y, not x (plan_backward_from_y then completes the plan). hold:
- * MODE_HOLD may be planned (not again after the device refused its cooperative launch). */
+ * MODE_HOLD may be planned (not again after the device refused its cooperative launch).
+ * fallback (where not NULL): where the plan takes the hold tier, set to the plan without it,
+ * which the dispatch runs if the device refuses the cooperative launch (the plan's workspace
+ * covers both); left as it is otherwise. */
 Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y,
-                   bool hold = true);
+                   bool hold = true, Plan *fallback = nullptr);
 /* The backward from y: the ring then keeps LayerNorm's beta (when given) in shared memory
  * where it fits (param_smem). */
 void plan_backward_from_y(Plan &pl, const fnorm_problem *p, bool has_beta, const DeviceInfo &dev);

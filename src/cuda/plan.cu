@@ -1066,7 +1066,8 @@ static bool plan_bwd_hold(Plan &pl, const fnorm_problem *p, int vec, int64_t nve
   return true;
 }
 
-Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y, bool hold) {
+Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool from_y, bool hold,
+                   Plan *fallback) {
   Plan pl = {};
   pl.vec = vec;
   const int64_t nvec = p->cols / vec;
@@ -1353,8 +1354,10 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
   /* The hold tier's cooperative launch may be refused (fewer SMs given to this process than the
    * device has, say): the dispatch then takes the plan without it, in the same workspace. */
   if (hold_tier) {
-    const size_t other = plan_backward(p, vec, dev, from_y, false).ws_bytes;
-    pl.ws_bytes = other > pl.ws_bytes ? other : pl.ws_bytes;
+    const Plan other = plan_backward(p, vec, dev, from_y, false);
+    pl.ws_bytes = other.ws_bytes > pl.ws_bytes ? other.ws_bytes : pl.ws_bytes;
+    if (fallback)
+      *fallback = other;
   }
   return pl;
 }
