@@ -589,7 +589,7 @@ static void cuda_sizes(void) {
     static const case_shape hold_bwd[] = {
         {0, 0, 1048576}, {0, 1, 1048576}, {0, 0, 1048580}, {0, 1, 524288}, {0, 0, 2097152}};
     static const int64_t hold_rows[] = {19, 19, 40, 8, 1};
-    for (s = 0; s < 5; s++) {
+    for (s = 0; s < (int)(sizeof hold_bwd / sizeof hold_bwd[0]); s++) {
       const int q = hold_bwd[s].norm;
       tcase c = tcase_default(norms[q], combos[hold_bwd[s].combo].dtype,
                               combos[hold_bwd[s].combo].param_dtype, g_opt.quick ? 3 : hold_rows[s],
@@ -1130,13 +1130,13 @@ static void cuda_special(void) {
     fnorm_norm norm;
     fnorm_dtype dtype, param_dtype;
     int64_t rows, cols;
-  } graphs[4] = {{FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024},
-                 {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385},
-                 {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816},
-                 {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576}};
+  } graphs[] = {{FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024},
+                {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385},
+                {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816},
+                {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576}};
   int k;
   group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");
-  for (k = 0; k < 4; k++) {
+  for (k = 0; k < (int)(sizeof graphs / sizeof graphs[0]); k++) {
 #ifdef FNORM_TESTS_HAVE_CUDA
     if (gpu != NULL) {
       graph_case(graphs[k].norm, graphs[k].dtype, graphs[k].param_dtype, graphs[k].rows,
