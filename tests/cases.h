@@ -64,6 +64,12 @@ typedef struct tcase {
  * backwards with every output. */
 tcase tcase_default(fnorm_norm norm, fnorm_dtype dtype, fnorm_dtype param_dtype, int64_t rows,
                     int64_t cols);
+/* A problem of a table of cases: norm, dtypes and size. */
+typedef struct problem_shape {
+  fnorm_norm norm;
+  fnorm_dtype dtype, param_dtype;
+  int64_t rows, cols;
+} problem_shape;
 /* Rows for a case of row length n: budget / n elements' worth, clamped to [1, max_rows]. */
 int64_t tcase_rows_for(int64_t n, int64_t budget, int64_t max_rows);
 /* Appends a description of the case (for case names). */

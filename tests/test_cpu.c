@@ -389,24 +389,21 @@ static void test_finite_differences(void) {
 
 static void test_determinism(void) {
   static const int threads[] = {1, 2, 0, 3};
-  struct {
-    fnorm_norm norm;
-    fnorm_dtype dtype, param_dtype;
-    int64_t rows, cols;
-  } shapes[] = {{FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 3000, 256},
-                {FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 1000, 4099},
-                {FNORM_RMSNORM, FNORM_DTYPE_F16, FNORM_DTYPE_SAME, 3000, 64},
-                {FNORM_RMSNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 257, 1031}};
+  static const problem_shape shapes[] = {
+      {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 3000, 256},
+      {FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 1000, 4099},
+      {FNORM_RMSNORM, FNORM_DTYPE_F16, FNORM_DTYPE_SAME, 3000, 64},
+      {FNORM_RMSNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 257, 1031}};
   int k;
   group_begin("cpu-determinism: cpu_threads = 1, 2, default, 3 give bitwise the same outputs");
-  for (k = 0; k < 4; k++) {
+  for (k = 0; k < (int)(sizeof shapes / sizeof shapes[0]); k++) {
     char desc[400];
     tcase c = tcase_default(shapes[k].norm, shapes[k].dtype, shapes[k].param_dtype,
                             g_opt.quick ? shapes[k].rows / 4 : shapes[k].rows, shapes[k].cols);
     tcase_describe(&c, desc, sizeof desc);
     if (!case_begin("cpu determinism %s", desc))
       continue;
-    run_thread_determinism(&c, threads, 4);
+    run_thread_determinism(&c, threads, (int)(sizeof threads / sizeof threads[0]));
     case_end();
   }
   group_end();

@@ -1126,14 +1126,11 @@ static void cuda_special(void) {
       "forward eps=0",  "backward dgamma == dx", "backward workspace one byte too small"};
   /* (RMSNorm fp32 802816: the forward's hold kernel, a cooperative launch, on sm_90; LayerNorm
    * fp32 2^20: the backward's hold tier, a cooperative launch followed by the finalize) */
-  static const struct {
-    fnorm_norm norm;
-    fnorm_dtype dtype, param_dtype;
-    int64_t rows, cols;
-  } graphs[] = {{FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024},
-                {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385},
-                {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816},
-                {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576}};
+  static const problem_shape graphs[] = {
+      {FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024},
+      {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385},
+      {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816},
+      {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576}};
   int k;
   group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");
   for (k = 0; k < (int)(sizeof graphs / sizeof graphs[0]); k++) {
