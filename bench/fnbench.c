@@ -330,6 +330,7 @@ typedef struct config {
   int iters;               /* 0: adaptive */
   int graph;
   int inference;
+  int no_affine; /* gamma and beta not given: elementwise_affine=False, dx alone backward */
   int markdown;
   int quiet;
   int check_rows;
@@ -375,6 +376,8 @@ static void print_usage(FILE *f) {
       "  --graph               cuda: time replays of a graph of K launches (per launch =\n"
       "                        replay / K), and the copy the same way\n"
       "  --inference           forward without mean/rstd (default writes them: training)\n"
+      "  --no-affine           no gamma and no beta (a norm without elementwise affine): the\n"
+      "                        forward reads x alone, the backward writes dx alone\n"
       "  --threads T           cpu: threads for the library and the copy (default OpenMP's)\n"
       "  --oracle cpu|ref      check against the CPU backend (default on cuda) or against the\n"
       "                        double-precision reference in fnbench (default on cpu)\n"
@@ -647,6 +650,8 @@ static int parse_args(int argc, char **argv, config *c, int *want_help) {
       c->graph_arg = 1;
     } else if (!strcmp(arg, "--inference")) {
       c->inference = 1;
+    } else if (!strcmp(arg, "--no-affine")) {
+      c->no_affine = 1;
     } else if (!strcmp(arg, "--no-param-check")) {
       c->param_check = 0;
     } else if (!strcmp(arg, "--markdown")) {
@@ -1252,6 +1257,16 @@ static void group_free(bench *b, group *g) {
   free(g->sample);
 }
 
+/* gamma or beta as the library is given them: NULL under --no-affine */
+static const void *affine(const bench *b, const void *param) {
+  return b->cfg.no_affine ? NULL : param;
+}
+
+/* The param dtype column: "none" under --no-affine */
+static const char *param_label(const bench *b, fnorm_dtype param_dtype) {
+  return b->cfg.no_affine ? "none" : dtype_name(param_dtype);
+}
+
 /* Allocates, fills and uploads the inputs, measures the copy ceiling of this size. */
 static int group_setup(bench *b, group *g) {
   const int64_t m = g->s.rows, n = g->s.cols;
@@ -1286,6 +1301,11 @@ static int group_setup(bench *b, group *g) {
   fill_random(g->h_beta, g->param_dtype, n, seed + 4, 0.0f, 0.1f);
   convert_to_float(g->h_gamma, g->param_dtype, n, g->gamma_f);
   convert_to_float(g->h_beta, g->param_dtype, n, g->beta_f);
+  if (b->cfg.no_affine) /* the reference oracle's scale and shift without them */
+    for (int64_t i = 0; i < n; ++i) {
+      g->gamma_f[i] = 1.0f;
+      g->beta_f[i] = 0.0f;
+    }
 
   if (cpu) {
     g->d_x = g->h_x;
@@ -1329,8 +1349,8 @@ static int ensure_trained(bench *b, group *g, fnorm_norm norm, char *err) {
   d = make_desc(b, g, norm, b->device, g->s.rows);
   memset(&fa, 0, sizeof fa);
   fa.x = g->d_x;
-  fa.gamma = g->d_gamma;
-  fa.beta = norm == FNORM_LAYERNORM ? g->d_beta : NULL;
+  fa.gamma = affine(b, g->d_gamma);
+  fa.beta = norm == FNORM_LAYERNORM ? affine(b, g->d_beta) : NULL;
   fa.y = g->d_y;
   fa.mean = norm == FNORM_LAYERNORM ? g->d_mean : NULL;
   fa.rstd = g->d_rstd;
@@ -1445,8 +1465,8 @@ static int oracle_forward_rows(bench *b, group *g, fnorm_norm norm, const void *
     }
     memset(&fa, 0, sizeof fa);
     fa.x = sx;
-    fa.gamma = g->h_gamma;
-    fa.beta = ln ? g->h_beta : NULL;
+    fa.gamma = affine(b, g->h_gamma);
+    fa.beta = ln ? affine(b, g->h_beta) : NULL;
     fa.y = y;
     fa.mean = ln ? ref_mean : NULL;
     fa.rstd = ref_rstd;
@@ -1497,13 +1517,13 @@ static int oracle_backward_rows(bench *b, group *g, fnorm_norm norm, int from_y,
       ba.dy = sdy;
       if (from_y) {
         ba.y = in;
-        ba.beta = ln ? g->h_beta : NULL;
+        ba.beta = ln ? affine(b, g->h_beta) : NULL;
       } else {
         ba.x = in;
         ba.mean = ln ? smean : NULL;
       }
       ba.rstd = srstd;
-      ba.gamma = g->h_gamma;
+      ba.gamma = affine(b, g->h_gamma);
       ba.dx = dx;
       s = fnorm_backward(&d, &ba, ws, ws_bytes, NULL);
     }
@@ -1554,13 +1574,13 @@ static int oracle_param_grads(bench *b, group *g, fnorm_norm norm, int from_y, c
       ba.dy = g->h_dy;
       if (from_y) {
         ba.y = in;
-        ba.beta = ln ? g->h_beta : NULL;
+        ba.beta = ln ? affine(b, g->h_beta) : NULL;
       } else {
         ba.x = in;
         ba.mean = ln ? g->h_mean : NULL;
       }
       ba.rstd = g->h_rstd;
-      ba.gamma = g->h_gamma;
+      ba.gamma = affine(b, g->h_gamma);
       ba.dgamma = dgamma;
       ba.dbeta = ln ? dbeta : NULL;
       s = fnorm_backward(&d, &ba, ws, ws_bytes, NULL);
@@ -1703,7 +1723,7 @@ static int check_backward(bench *b, group *g, fnorm_norm norm, int from_y, cell_
   convert_to_float(got_raw, g->s.dtype, rows * n, got);
   compare_vectors(r, "dx", got, ref, rows, n, g->sample, tolerance(g->s.dtype));
 
-  if (b->cfg.param_check) {
+  if (b->cfg.param_check && !b->cfg.no_affine) { /* (no dgamma/dbeta without them) */
     const void *full_in = g->h_x;
     if (from_y) {
       if (g->h_y == NULL && (g->h_y = host_alloc(g->matrix_bytes)) == NULL) {
@@ -1781,8 +1801,8 @@ static void run_cell(bench *b, group *g, op_kind op, cell_result *r) {
   if (!backward) {
     memset(&fa, 0, sizeof fa);
     fa.x = g->d_x;
-    fa.gamma = g->d_gamma;
-    fa.beta = ln ? g->d_beta : NULL;
+    fa.gamma = affine(b, g->d_gamma);
+    fa.beta = ln ? affine(b, g->d_beta) : NULL;
     fa.y = g->d_y;
     if (training) {
       fa.mean = ln ? g->d_mean : NULL;
@@ -1810,16 +1830,18 @@ static void run_cell(bench *b, group *g, op_kind op, cell_result *r) {
     ba.dy = g->d_dy;
     if (from_y) {
       ba.y = g->d_y;
-      ba.beta = ln ? g->d_beta : NULL;
+      ba.beta = ln ? affine(b, g->d_beta) : NULL;
     } else {
       ba.x = g->d_x;
       ba.mean = ln ? g->d_mean : NULL;
     }
     ba.rstd = g->d_rstd;
-    ba.gamma = g->d_gamma;
+    ba.gamma = affine(b, g->d_gamma);
     ba.dx = g->d_dx;
-    ba.dgamma = g->d_dgamma;
-    ba.dbeta = ln ? g->d_dbeta : NULL; /* RMSNorm runs without beta */
+    if (!b->cfg.no_affine) { /* (no dgamma/dbeta without gamma and beta) */
+      ba.dgamma = g->d_dgamma;
+      ba.dbeta = ln ? g->d_dbeta : NULL; /* RMSNorm runs without beta */
+    }
     l.kind = LAUNCH_BACKWARD;
     l.ba = &ba;
     l.workspace = ws;
@@ -1848,7 +1870,7 @@ static void write_csv_row(bench *b, const cell_result *r) {
     return;
   fprintf(b->csv, "%s,%s,%s,%s,%" PRId64 ",%" PRId64 ",%.0f,%.3f,%.2f,%.2f,%.4f,%.3e,%s\n",
           b->device == FNORM_DEVICE_CUDA ? "cuda" : "cpu", op_names[r->op], dtype_name(r->dtype),
-          dtype_name(r->param_dtype), r->rows, r->cols, r->bytes, r->median_us, r->gbps,
+          param_label(b, r->param_dtype), r->rows, r->cols, r->bytes, r->median_us, r->gbps,
           r->copy_gbps, r->gbps / r->copy_gbps, r->max_err, cell_status_names[r->status]);
   fflush(b->csv); /* a run cut short keeps the cells it finished */
 }
@@ -1934,11 +1956,11 @@ static void print_table(bench *b) {
     format_number(err_s, sizeof err_s, "%.2e", r->max_err);
     if (md)
       printf("| %s | %s | %s | %" PRId64 " | %" PRId64 " | %s | %s | %s | %s | %s | %s |\n",
-             op_names[r->op], dtype_name(r->dtype), dtype_name(r->param_dtype), r->rows, r->cols,
-             time_s, gbps_s, copy_s, frac_s, err_s, cell_status_names[r->status]);
+             op_names[r->op], dtype_name(r->dtype), param_label(b, r->param_dtype), r->rows,
+             r->cols, time_s, gbps_s, copy_s, frac_s, err_s, cell_status_names[r->status]);
     else
       printf("%-9s %-5s %-5s %9" PRId64 " %8" PRId64 " %11s %9s %9s %7s %9s  %s\n", op_names[r->op],
-             dtype_name(r->dtype), dtype_name(r->param_dtype), r->rows, r->cols, time_s, gbps_s,
+             dtype_name(r->dtype), param_label(b, r->param_dtype), r->rows, r->cols, time_s, gbps_s,
              copy_s, frac_s, err_s, cell_status_names[r->status]);
     failures += r->status != CELL_OK;
   }
@@ -2028,10 +2050,13 @@ static int print_header(bench *b) {
 #endif
   printf("%soracle: %s; %d sampled rows per check (all when M*N <= 2^20)%s\n", p,
          b->cfg.oracle == ORACLE_CPU ? "CPU backend" : "double-precision reference",
-         b->cfg.check_rows, b->cfg.param_check ? ", dgamma/dbeta over all rows" : "");
+         b->cfg.check_rows,
+         b->cfg.param_check && !b->cfg.no_affine ? ", dgamma/dbeta over all rows" : "");
   printf("%sforward: %s; param dtype: %s; bytes: fwd 2*M*N*elem, bwd 3*M*N*elem\n", p,
          b->cfg.inference ? "inference (no mean/rstd)" : "training (writes mean/rstd)",
-         b->cfg.param_dtype == FNORM_DTYPE_F32 ? "fp32" : "same as data");
+         b->cfg.no_affine                        ? "none (no gamma, no beta)"
+         : b->cfg.param_dtype == FNORM_DTYPE_F32 ? "fp32"
+                                                 : "same as data");
   src = dev_alloc(b, copy_bytes, err);
   dst = src != NULL ? dev_alloc(b, copy_bytes, err) : NULL;
   if (dst != NULL && b->device == FNORM_DEVICE_CPU)
