@@ -1546,7 +1546,8 @@ static int oracle_backward_rows(bench *b, group *g, fnorm_norm norm, int from_y,
   return 0;
 }
 
-/* dgamma and dbeta over all rows; `in` is the full x or y on the host. */
+/* dgamma and dbeta over all rows; `in` is the full x or y on the host. (Not under --no-affine,
+ * which has no dgamma/dbeta to check.) */
 static int oracle_param_grads(bench *b, group *g, fnorm_norm norm, int from_y, const void *in,
                               float *ref_dgamma, float *ref_dbeta, char *err) {
   const int64_t m = g->s.rows, n = g->s.cols;
@@ -1574,13 +1575,13 @@ static int oracle_param_grads(bench *b, group *g, fnorm_norm norm, int from_y, c
       ba.dy = g->h_dy;
       if (from_y) {
         ba.y = in;
-        ba.beta = ln ? affine(b, g->h_beta) : NULL;
+        ba.beta = ln ? g->h_beta : NULL;
       } else {
         ba.x = in;
         ba.mean = ln ? g->h_mean : NULL;
       }
       ba.rstd = g->h_rstd;
-      ba.gamma = affine(b, g->h_gamma);
+      ba.gamma = g->h_gamma;
       ba.dgamma = dgamma;
       ba.dbeta = ln ? dbeta : NULL;
       s = fnorm_backward(&d, &ba, ws, ws_bytes, NULL);
