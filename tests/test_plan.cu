@@ -389,6 +389,8 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
   require(pl.vec == vec, "backward: the plan's width is the one asked for");
   require(pl.nparts >= 1, "backward: at least one partial row");
   require(pl.fin_cols == 16 || pl.fin_cols == 32, "backward finalize: 16 or 32 columns a block");
+  require(pl.fin_vec == 1 || (pl.fin_vec == 4 && p.cols % 4 == 0),
+          "backward finalize: 1 column a thread, or 4 of a row of a multiple of 4");
   require(!pl.rms_form ||
               (p.norm == FNORM_RMSNORM &&
                ((pl.tier == TIER_WARP && pl.cluster <= 1) || pl.tier == TIER_RING ||

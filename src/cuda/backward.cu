@@ -205,24 +205,71 @@ __device__ __forceinline__ void row_sums_collect(float (&sums)[2], RingRed &red,
 #endif
 
 /* Writes the dgamma/dbeta accumulators of the vectors a thread owns (t + k * blockDim.x of
- * its chunk, k < VPT) into partial row `part` (gamma) and nparts + part (beta). */
+ * its chunk, k < VPT) into partial row `part` (gamma) and nparts + part (beta), in whole 16-byte
+ * words where the vector has 4 or 8 elements (the row, the chunk and the workspace are then
+ * 16-byte aligned). Scalar stores of 8-element vectors, each lane's 32 bytes beside its
+ * neighbours', wrote every 32-byte sector of the partial rows in eight pieces: ncu (session 53,
+ * H200, bf16 LayerNorm 512 x 262144, the ring's RESIDENT form) had the row kernel 293 us with
+ * them against 248 us without dgamma and dbeta, at the same instructions and DRAM bytes give or
+ * take the partial rows' 15 MB, and 180 MB more L2 traffic. With 8-element vectors a warp's 32
+ * vectors are 256 consecutive columns: the lanes swap halves (shuffles) so that each of the two
+ * stores a vector writes 512 consecutive bytes. Called by every thread of the CTA (the shuffles
+ * take whole warps; the CTAs have whole warps). */
 template <int VEC, int VPT, bool RMS = false>
 __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part, int64_t v0,
                                                const bool (&mine)[VPT], const float *acc_g,
                                                const float *acc_b) {
   float *pg = a.partial + part * a.cols + v0 * VEC;
   float *pb = a.partial + (a.nparts + part) * a.cols + v0 * VEC;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k)
-    if (mine[k]) {
-      const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+  for (int k = 0; k < VPT; ++k) {
+    const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+    if constexpr (VEC == 8) {
+      const unsigned owned = __ballot_sync(kAll, mine[k]);
+      const int64_t first = i - lane; /* the warp's first vector */
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        pg[i * VEC + e] = acc_g[k * VEC + e];
-        if (!RMS) /* (RMS kernels run only without dbeta: its partial rows are never read) */
-          pb[i * VEC + e] = acc_b[k * VEC + e];
+      for (int h = 0; h < 2; ++h) {
+        /* this lane stores half (lane & 1) of the vector of lane `src` */
+        const int src = h * 16 + (lane >> 1);
+        const bool hi = lane & 1;
+        float g[4], b[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float glo = __shfl_sync(kAll, acc_g[k * 8 + e], src);
+          const float ghi = __shfl_sync(kAll, acc_g[k * 8 + 4 + e], src);
+          g[e] = hi ? ghi : glo;
+          if constexpr (!RMS) {
+            const float blo = __shfl_sync(kAll, acc_b[k * 8 + e], src);
+            const float bhi = __shfl_sync(kAll, acc_b[k * 8 + 4 + e], src);
+            b[e] = hi ? bhi : blo;
+          }
+        }
+        if ((owned >> src) & 1u) {
+          const int64_t at = (first + src) * 8 + (hi ? 4 : 0);
+          *reinterpret_cast<float4 *>(pg + at) = make_float4(g[0], g[1], g[2], g[3]);
+          if constexpr (!RMS) /* (RMS kernels run only without dbeta: never read) */
+            *reinterpret_cast<float4 *>(pb + at) = make_float4(b[0], b[1], b[2], b[3]);
+        }
+      }
+    } else if (mine[k]) {
+      if constexpr (VEC == 4) {
+        *reinterpret_cast<float4 *>(pg + i * 4) =
+            make_float4(acc_g[k * 4], acc_g[k * 4 + 1], acc_g[k * 4 + 2], acc_g[k * 4 + 3]);
+        if constexpr (!RMS)
+          *reinterpret_cast<float4 *>(pb + i * 4) =
+              make_float4(acc_b[k * 4], acc_b[k * 4 + 1], acc_b[k * 4 + 2], acc_b[k * 4 + 3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          pg[i * VEC + e] = acc_g[k * VEC + e];
+          if constexpr (!RMS)
+            pb[i * VEC + e] = acc_b[k * VEC + e];
+        }
       }
     }
+  }
 }
 
 /* With 16-byte vectors each lane copies its own vectors of the next row into shared memory
@@ -1507,34 +1554,61 @@ __global__ void __launch_bounds__(256)
  * ty = 0, 1, ... A block covers blockDim.x columns with blockDim.y lanes (launch_backward):
  * with few columns (small problems) narrower blocks put more CTAs and more loads in flight
  * (ncu4: at N = 1024 blocks of 32 columns ran 32 CTAs, 10 us, as long as the backward). */
-template <typename P>
+/* dgamma (blockIdx.y 0) and dbeta (1) from the partial rows: column c is the sum, over lanes
+ * r < blockDim.y in order, of lane r's sum of partial rows r, r + blockDim.y, ... in order; a
+ * fixed order whatever the timing, so the results are bitwise the same from run to run. W
+ * columns a thread: 1, or 4 (16-byte loads; cols a multiple of 4, the workspace 16-byte
+ * aligned, blockDim.x * blockDim.y at most 256). */
+template <typename P, int W>
 __global__ void __launch_bounds__(1024)
     finalize_kernel(const float *partial, int64_t nparts, int64_t cols, P *dgamma, P *dbeta) {
-  __shared__ float red[1024]; /* [lane][column of the block] */
+  static_assert(W == 1 || W == 4, "1 or 4 columns a thread");
+  __shared__ float4 red[1024 / 4]; /* [lane][column of the block] */
   P *out = blockIdx.y == 0 ? dgamma : dbeta;
   if (!out) /* uniform over the block */
     return;
   pdl_wait_prerequisites(); /* the row kernel's partials (launch_backward) */
-  const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t col = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
   const float *src = partial + (int64_t)blockIdx.y * nparts * cols;
-  float s = 0.f;
-  if (col < cols)
+  float s[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j)
+    s[j] = 0.f;
+  if (col < cols) /* (W 4: cols a multiple of 4, so all four columns lie in the row) */
 #pragma unroll 8
-    for (int64_t p = threadIdx.y; p < nparts; p += blockDim.y)
-      s += src[p * cols + col];
+    for (int64_t p = threadIdx.y; p < nparts; p += blockDim.y) {
+      if constexpr (W == 4) {
+        const float4 v = *reinterpret_cast<const float4 *>(src + p * cols + col);
+        s[0] += v.x;
+        s[1] += v.y;
+        s[2] += v.z;
+        s[3] += v.w;
+      } else {
+        s[0] += src[p * cols + col];
+      }
+    }
   if (blockDim.y == 1) {
     if (col < cols)
-      out[col] = from_f32<P>(s);
+#pragma unroll
+      for (int j = 0; j < W; ++j)
+        out[col + j] = from_f32<P>(s[j]);
     return;
   }
-  red[threadIdx.y * blockDim.x + threadIdx.x] = s;
+  float *redf = reinterpret_cast<float *>(red);
+  const int slot = threadIdx.y * blockDim.x + threadIdx.x;
+  if constexpr (W == 4)
+    red[slot] = make_float4(s[0], s[1], s[2], s[3]);
+  else
+    redf[slot] = s[0];
   __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float t = 0.f;
-    for (int r = 0; r < (int)blockDim.y; ++r)
-      t += red[r * blockDim.x + threadIdx.x];
-    out[col] = from_f32<P>(t);
-  }
+  if (threadIdx.y == 0 && col < cols)
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      float t = 0.f;
+      for (int r = 0; r < (int)blockDim.y; ++r)
+        t += redf[(r * blockDim.x + threadIdx.x) * W + j];
+      out[col + j] = from_f32<P>(t);
+    }
 }
 
 /* The warp tier's kernel for GROUP lanes a row and a.from_y, or nullptr where that form is not
@@ -1831,16 +1905,18 @@ fnorm_status launch_backward(const Plan &planned, BwdParams args, void *dgamma, 
   const Plan &plan = *used;
   if (s != FNORM_SUCCESS || !a.want_dparams)
     return s;
-  /* Lanes: the partial rows, up to 1024 / fin_cols; columns: fin_cols, more while the block
-   * has fewer than 256 threads (few partial rows, as the stream tier has: blocks of one warp
-   * made 64 x 802816 fp32 2 points slower). */
+  /* Lanes: the partial rows, up to 1024 threads a block (256 at four columns a thread) /
+   * fin_cols; threads across the columns: fin_cols, more while the block has fewer than 256
+   * threads (few partial rows, as the stream tier has: blocks of one warp made 64 x 802816 fp32
+   * 2 points slower). */
+  const int w = plan.fin_vec == 4 ? 4 : 1;
   int fcols = plan.fin_cols == 16 ? 16 : 32;
   int lanes = 1;
-  while (lanes < 1024 / fcols && lanes < a.nparts)
+  while (lanes < 1024 / w / fcols && lanes < a.nparts)
     lanes *= 2;
   while (fcols * lanes < 256)
     fcols *= 2;
-  const int64_t blocks = (a.cols + fcols - 1) / fcols;
+  const int64_t blocks = (a.cols + (int64_t)fcols * w - 1) / ((int64_t)fcols * w);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)blocks, 2, 1); /* y: dgamma, dbeta */
   cfg.blockDim = dim3((unsigned)fcols, (unsigned)lanes, 1);
@@ -1852,8 +1928,9 @@ fnorm_status launch_backward(const Plan &planned, BwdParams args, void *dgamma, 
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  if (cudaLaunchKernelEx(&cfg, finalize_kernel<P>, (const float *)a.partial, a.nparts, a.cols,
-                         (P *)dgamma, (P *)dbeta) != cudaSuccess)
+  if (cudaLaunchKernelEx(&cfg, w == 4 ? finalize_kernel<P, 4> : finalize_kernel<P, 1>,
+                         (const float *)a.partial, a.nparts, a.cols, (P *)dgamma,
+                         (P *)dbeta) != cudaSuccess)
     return FNORM_ERR_CUDA;
   return cudaGetLastError() == cudaSuccess ? FNORM_SUCCESS : FNORM_ERR_CUDA;
 }

@@ -172,6 +172,8 @@ struct Plan {
   int fin_cols;     /* backward: columns a block of the dgamma/dbeta finalize (16 or 32) */
   int fin_pdl;      /* backward (sm_90): the finalize launched as a programmatic dependent of the
                        row kernel (pdl_allow_dependents) */
+  int fin_vec;      /* backward: columns a thread of the finalize, 1 or 4 (16-byte loads; rows
+                       of a multiple of 4 columns, kFinVecCols and longer) */
   int round_rows;   /* TIER_BATCH: rows a round (nbuf rounds staged; threads, vpt: batch_shape) */
   int thread_fill;  /* TIER_RING RESIDENT with one stage: each thread refills its own vectors of
                        the stage by cp.async as soon as it has read them for dx (else one bulk
@@ -374,6 +376,13 @@ constexpr int kHoldThreads = 512;
  * a point of this. Sixteen parts (one round of the threads each, 12-14 a chunk, a barrier each, and
  * a part's gamma loads one vector ahead of its stores) lost 9-18 points (A/B run EG). */
 constexpr int kHoldParts = 8;
+
+/* The dgamma/dbeta finalize reads four columns a thread (16-byte loads) from rows of this many
+ * columns on (a multiple of 4): there the partial rows are few and long, and one 4-byte load a
+ * thread left the finalize at about a third of the copy's speed (ncu, session 53, H200: 15.8 us
+ * for the 8 partial rows of bf16 LayerNorm 512 x 262144). Shorter rows have many partial rows
+ * and few columns, where four columns a thread would leave too few CTAs. */
+constexpr int64_t kFinVecCols = 16384;
 constexpr int64_t kHoldRoundVecs = 2048;
 /* How fwd_hold_kernel cuts rows of nvec vectors over `ctas` CTAs resident at once, each holding
  * at most `cap` vectors: `pieces` chunks a row of `chunk` vectors (the last one possibly

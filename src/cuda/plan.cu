@@ -223,6 +223,9 @@ struct Tuning {
   int bwd_hold_sm;          /* ... CTAs an SM: 1; tuning builds also 2 (one stage) */
   int bwd_hold_stages;      /* ... stages: 1; tuning builds also 2 (the next row's copy in flight
                                through this row's work, at four vectors a thread) */
+  int bwd_fin_vec_cols;     /* dgamma/dbeta finalize: four columns a thread (16-byte loads of the
+                               partial rows) for rows of this many columns or more that are a
+                               multiple of 4; 0 never */
 };
 
 Tuning tuning() {
@@ -230,6 +233,7 @@ Tuning tuning() {
               32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,          1, 1, 1,
               1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,          0, 1, 1,
               2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts, 1, 1, 1};
+  t.bwd_fin_vec_cols = (int)kFinVecCols;
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
@@ -298,6 +302,7 @@ Tuning tuning() {
   t.fwd_rows_lanes = tune_knob("FNORM_TUNE_FWD_ROWS_LANES", t.fwd_rows_lanes);
   t.fwd_rows_packed = tune_knob("FNORM_TUNE_FWD_ROWS_PACKED", t.fwd_rows_packed);
   t.bwd_fin_pdl = tune_knob("FNORM_TUNE_BWD_FIN_PDL", t.bwd_fin_pdl);
+  t.bwd_fin_vec_cols = tune_knob("FNORM_TUNE_BWD_FIN_VEC_COLS", t.bwd_fin_vec_cols);
   t.bwd_batch = tune_knob("FNORM_TUNE_BWD_BATCH", t.bwd_batch);
   t.bwd_batch_cl = tune_knob("FNORM_TUNE_BWD_BATCH_CL", t.bwd_batch_cl);
   t.fwd_packed_cl = tune_knob("FNORM_TUNE_FWD_PACKED_CL", t.fwd_packed_cl);
@@ -1336,6 +1341,8 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
                     ? tn.bwd_fin_cols
                     : (p->cols < 8 * (int64_t)dev.sm_count ? 16 : 32);
   pl.fin_pdl = dev.cc_major >= 9 && tn.bwd_fin_pdl;
+  pl.fin_vec =
+      tn.bwd_fin_vec_cols > 0 && p->cols >= tn.bwd_fin_vec_cols && p->cols % 4 == 0 ? 4 : 1;
   /* Workspace: partials, then (stream tier) per-chunk and per-row sums, or (hold tier) the
    * chunks' posted sums and each row's count of them; 256-byte aligned. */
   const bool hold_tier = pl.tier == TIER_ROW && pl.mode == MODE_HOLD;
