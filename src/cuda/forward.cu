@@ -1500,9 +1500,11 @@ __device__ __forceinline__ void full_step_load(Pack<T, VEC> (&raw)[STEP], const 
  * (FREE_PARAMS) or plain ones, y = norm(x) * gamma + beta stored a 16-byte vector at a time by
  * asm (ONE_STORE) or as plain copies. norm(x) is the row's normalization of one value. */
 template <typename T, typename P, int VEC, int STEP, int THREADS, bool NO_L2, bool FREE_PARAMS,
-          bool ONE_STORE, typename Norm>
+          bool ONE_STORE, int STAGED_U = 0, bool STAGED_B = false, typename Norm>
 __device__ __forceinline__ void full_row_y(const T *xr, T *yr, int64_t nvec, const P *gamma,
-                                           const P *beta, uint64_t pol, const Norm &norm) {
+                                           const P *beta, uint64_t pol, const Norm &norm,
+                                           const uint4 *staged = nullptr) {
+  static_assert(STAGED_U == 0 || sizeof(P) * VEC == 16, "staged: a 16-byte pack a vector");
   for (int64_t j = threadIdx.x; j < nvec; j += STEP * THREADS) {
     const T *xs = xr + j * VEC;
     T *ys = yr + j * VEC;
@@ -1512,7 +1514,21 @@ __device__ __forceinline__ void full_row_y(const T *xr, T *yr, int64_t nvec, con
     for (int u = 0; u < STEP; ++u) {
       const int64_t col = (j + u * THREADS) * VEC;
       float g[VEC], b[VEC], out[VEC];
-      if constexpr (FREE_PARAMS) {
+      if (STAGED_U > u && j < THREADS) { /* the first step's u-th vector, staged */
+        Pack<P, VEC> pk;
+        const uint4 rg = staged[u * THREADS + j];
+        memcpy(&pk, &rg, sizeof pk);
+        unpack_f32<P, VEC>(pk, g);
+        if constexpr (STAGED_B) {
+          const uint4 rb = staged[(STAGED_U + u) * THREADS + j];
+          memcpy(&pk, &rb, sizeof pk);
+          unpack_f32<P, VEC>(pk, b);
+        } else if constexpr (FREE_PARAMS) {
+          load_param_free<P, VEC>(beta, col, 0.f, b);
+        } else {
+          load_param<P, VEC>(beta, col, 0.f, b);
+        }
+      } else if constexpr (FREE_PARAMS) {
         load_param_free<P, VEC>(gamma, col, 1.f, g);
         load_param_free<P, VEC>(beta, col, 0.f, b);
       } else {
@@ -1711,7 +1727,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_kernel(FwdParams a) {
  * registers, and with 80-128 registers, sweep 97, they still lost save on two fp16 cells), and so
  * did longer fp32 rows in several steps, steps of 16 values (sweep 96: level at best) and a
  * cluster a row (sweep 98: 6-25 points); their code is in bench/tune/. */
-template <typename T, typename P, int VEC, int FORM>
+template <typename T, typename P, int VEC, int FORM, int STAGED_U = 0>
 __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
   static_assert((FORM & kLoopFull) && (FORM & kLoopLn), "the LayerNorm full form");
   /* 32 values a thread a step (8 fp32 vectors, 4 of 16-bit ones: eight 16-bit vectors spill
@@ -1730,6 +1746,16 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
 #pragma unroll
   for (int u = 0; u < kStep; ++u)
     mine[u] = true;
+  /* STAGED_U (kFwdLoopLnStaged; gamma and beta given): their first STAGED_U vectors of each
+   * thread's step (its own: read back by it alone, so no barrier) in shared memory for the launch,
+   * the rest from L2 every row as before: [STAGED_U][kThreads] gamma, then the same for beta */
+  extern __shared__ uint4 staged_params[];
+#pragma unroll
+  for (int u = 0; u < STAGED_U; ++u) {
+    const int64_t col = ((int64_t)u * kThreads + threadIdx.x) * VEC;
+    staged_params[u * kThreads + threadIdx.x] = load_words_in_place(gamma + col);
+    staged_params[(STAGED_U + u) * kThreads + threadIdx.x] = load_words_in_place(beta + col);
+  }
   int round = 0;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const T *xr = (const T *)a.x + row * a.x_stride;
@@ -1763,10 +1789,42 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
     if (threadIdx.x == 0)
       store_row_stats(a, row, st.mean, st.rstd);
     T *yr = (T *)a.y + made_here(row) * a.y_stride;
-    full_row_y<T, P, VEC, kStep, kThreads, no_l2, true, true>(
+    full_row_y<T, P, VEC, kStep, kThreads, no_l2, true, true, STAGED_U, true>(
         xr, yr, nvec, gamma, beta, drop,
-        [&cs, &st](float x) { return ((x - cs.ref) - st.off) * st.rstd; });
+        [&cs, &st](float x) { return ((x - cs.ref) - st.off) * st.rstd; }, staged_params);
   }
+}
+
+/* fwd_loop_ln_kernel (1024 threads) with staged parameters (kFwdLoopLnStaged):
+ * `smem` bytes of dynamic shared memory and a carve-out of about that (the driver rounds it up to
+ * one it has), so that L1 keeps the rest for x's second read; persistent (the CTAs resident at
+ * once, at most a.rows), each CTA keeping its staged parameters for every row it takes. */
+static fnorm_status launch_loop_staged(void (*k)(FwdParams), const FwdParams &a,
+                                       cudaStream_t stream, size_t smem) {
+  int dev = 0, sm_smem = 0;
+  if (kernel_attributes(k, smem, 1) != FNORM_SUCCESS || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) !=
+          cudaSuccess ||
+      sm_smem <= 0) {
+    cudaGetLastError();
+    return FNORM_ERR_CUDA;
+  }
+  /* The request rounded down: the driver should take the smallest carve-out it has that holds
+   * the CTA (dynamic, the kernel's 2 KiB static and the 1 KiB the system keeps a CTA), 100 KiB
+   * for 96 KiB staged (not verified: ncu's "Shared Memory Configuration Size" says); rounded up,
+   * 44% of 228 KiB would ask past 100 KiB for 132 and leave L1 less than the row. */
+  const int64_t need = (int64_t)smem + 3072;
+  const int percent = (int)(need * 100 / sm_smem);
+  if (cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           percent < 100 ? percent : 100) != cudaSuccess) {
+    cudaGetLastError();
+    return FNORM_ERR_CUDA;
+  }
+  int64_t units = 0;
+  const fnorm_status st = persistent_units(k, 1024, smem, 1, a.rows, &units);
+  if (st != FNORM_SUCCESS)
+    return st;
+  return launch_prepared(k, units, 1024, smem, 1, stream, a);
 }
 
 /* fwd_loop_ln_kernel by FORM: 536 at 1024 threads, 568 at 512, 600 at 256 (release builds: fp32
@@ -2745,6 +2803,17 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         /* the full forms: their threads and rows of whole steps (loop_full_fits) */
         if (!k && plan.variant > 8 && loop_full_fits(plan, plan.variant - 8, a.cols, VEC)) {
           const int form = plan.variant - 8;
+          /* fp32 LayerNorm 32768 with gamma and beta: the 1024-thread form persistent, the
+           * parameters of the first kFwdLoopLnStaged vectors of each thread's step in shared
+           * memory (16 KiB a vector and array), with a carve-out of about that
+           * (launch_loop_staged) */
+          constexpr int full1024 = kLoopFull + kLoopFreeParams;
+          if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value &&
+                        kFwdLoopLnStaged > 0)
+            if (a.layernorm && a.gamma && a.beta && form == full1024 + kLoopLn && a.cols == 32768)
+              return launch_loop_staged(
+                  fwd_loop_ln_kernel<float, float, 4, full1024 + kLoopLn, kFwdLoopLnStaged>, a,
+                  stream, (size_t)2 * kFwdLoopLnStaged * 1024 * 16);
           if (form & kLoopLn) /* LayerNorm rows only, in steps of 32 values */
             k = a.layernorm && plan.vpt * VEC == 32 ? fwd_loop_ln_pick<T, P, VEC>(form) : nullptr;
           else if (!a.layernorm)

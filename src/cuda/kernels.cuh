@@ -293,6 +293,17 @@ constexpr void packed_rows_shape(bool layernorm, int64_t cols, int elem_bytes, i
  * (tuning builds: FNORM_TUNE_FWD_PACKED_CL and FNORM_TUNE_FWD_PACKED_CL_LN) */
 constexpr int kFwdPackedCl = 2, kFwdPackedClLn = 0;
 
+/* fp32 LayerNorm rows of 32768 (with gamma and beta) on fwd_loop_ln_kernel's 1024-thread form,
+ * persistent, with the parameters of the first kFwdLoopLnStaged of each thread's eight vectors
+ * (12288 of the 32768 columns at 3: 96 KiB of gamma and beta) in shared memory for the launch, so
+ * that each row reads 3/8 fewer of them from L2; the carve-out leaves L1 the 128 KiB row x is read
+ * again from. Run FC (session 52): without gamma and beta the cell ran 99.2% of the copy against
+ * 91.1%, the parameters read again from L2 by every row. A/B run FF (session 53, H200, lead 39,
+ * which held this form): 91.2% -> 93.1% at 2^27 elements, 84.1% -> 85.6% at 2^25; lead 39's other
+ * forms, the same idea in the packed and RMSNorm loop kernels, lost 5-12 points and were dropped.
+ * 0: not taken. */
+constexpr int kFwdLoopLnStaged = 3;
+
 /* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds); for
  * 16-bit LayerNorm 8192 2^27, since the A/B run of session 29 had it (then over 2 warps) 2 points
  * faster at 16384 rows, level at 8192 and 3.6 slower at 4096. fp32 LayerNorm (A/B run of
