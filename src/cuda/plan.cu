@@ -229,11 +229,14 @@ struct Tuning {
 };
 
 Tuning tuning() {
+  /* the fields in order (the table kept by hand) */
+  // clang-format off
   Tuning t = {1,  2,   3, 512, 1024, 512, 16,   8, 9,   11, 1, 1,   1, 4096,       1, 0, 1,
               32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,          1, 1, 1,
               1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,          0, 1, 1,
-              2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts, 1, 1, 1};
-  t.bwd_fin_vec_cols = (int)kFinVecCols;
+              2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts, 1, 1, 1,
+              (int)kFinVecCols};
+  // clang-format on
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
 #ifdef FNORM_TUNING
