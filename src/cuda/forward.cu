@@ -1498,9 +1498,11 @@ __device__ __forceinline__ void full_step_load(Pack<T, VEC> (&raw)[STEP], const 
 /* The y pass of the full forms (fwd_loop_kernel's and fwd_loop_ln_kernel's): x read again a step
  * at a time (L1 evict-first, L2 policy pol unless NO_L2), gamma and beta by movable loads
  * (FREE_PARAMS) or plain ones, y = norm(x) * gamma + beta stored a 16-byte vector at a time by
- * asm (ONE_STORE) or as plain copies. norm(x) is the row's normalization of one value. */
+ * asm (ONE_STORE) or as plain copies. norm(x) is the row's normalization of one value.
+ * STAGED_U: gamma and beta of the first STAGED_U vectors of each thread's first step come from
+ * `staged` ([STAGED_U][THREADS] 16-byte packs of gamma, then the same of beta) instead. */
 template <typename T, typename P, int VEC, int STEP, int THREADS, bool NO_L2, bool FREE_PARAMS,
-          bool ONE_STORE, int STAGED_U = 0, bool STAGED_B = false, typename Norm>
+          bool ONE_STORE, int STAGED_U = 0, typename Norm>
 __device__ __forceinline__ void full_row_y(const T *xr, T *yr, int64_t nvec, const P *gamma,
                                            const P *beta, uint64_t pol, const Norm &norm,
                                            const uint4 *staged = nullptr) {
@@ -1514,20 +1516,13 @@ __device__ __forceinline__ void full_row_y(const T *xr, T *yr, int64_t nvec, con
     for (int u = 0; u < STEP; ++u) {
       const int64_t col = (j + u * THREADS) * VEC;
       float g[VEC], b[VEC], out[VEC];
-      if (STAGED_U > u && j < THREADS) { /* the first step's u-th vector, staged */
+      if (STAGED_U > u && j < THREADS) { /* the first step's u-th vector: gamma and beta staged */
         Pack<P, VEC> pk;
-        const uint4 rg = staged[u * THREADS + j];
+        const uint4 rg = staged[u * THREADS + j], rb = staged[(STAGED_U + u) * THREADS + j];
         memcpy(&pk, &rg, sizeof pk);
         unpack_f32<P, VEC>(pk, g);
-        if constexpr (STAGED_B) {
-          const uint4 rb = staged[(STAGED_U + u) * THREADS + j];
-          memcpy(&pk, &rb, sizeof pk);
-          unpack_f32<P, VEC>(pk, b);
-        } else if constexpr (FREE_PARAMS) {
-          load_param_free<P, VEC>(beta, col, 0.f, b);
-        } else {
-          load_param<P, VEC>(beta, col, 0.f, b);
-        }
+        memcpy(&pk, &rb, sizeof pk);
+        unpack_f32<P, VEC>(pk, b);
       } else if constexpr (FREE_PARAMS) {
         load_param_free<P, VEC>(gamma, col, 1.f, g);
         load_param_free<P, VEC>(beta, col, 0.f, b);
@@ -1789,7 +1784,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
     if (threadIdx.x == 0)
       store_row_stats(a, row, st.mean, st.rstd);
     T *yr = (T *)a.y + made_here(row) * a.y_stride;
-    full_row_y<T, P, VEC, kStep, kThreads, no_l2, true, true, STAGED_U, true>(
+    full_row_y<T, P, VEC, kStep, kThreads, no_l2, true, true, STAGED_U>(
         xr, yr, nvec, gamma, beta, drop,
         [&cs, &st](float x) { return ((x - cs.ref) - st.off) * st.rstd; }, staged_params);
   }

@@ -387,13 +387,6 @@ constexpr int kHoldThreads = 512;
  * a point of this. Sixteen parts (one round of the threads each, 12-14 a chunk, a barrier each, and
  * a part's gamma loads one vector ahead of its stores) lost 9-18 points (A/B run EG). */
 constexpr int kHoldParts = 8;
-
-/* The dgamma/dbeta finalize reads four columns a thread (16-byte loads) from rows of this many
- * columns on (a multiple of 4): there the partial rows are few and long, and one 4-byte load a
- * thread left the finalize at about a third of the copy's speed (ncu, session 53, H200: 15.8 us
- * for the 8 partial rows of bf16 LayerNorm 512 x 262144). Shorter rows have many partial rows
- * and few columns, where four columns a thread would leave too few CTAs. */
-constexpr int64_t kFinVecCols = 16384;
 constexpr int64_t kHoldRoundVecs = 2048;
 /* How fwd_hold_kernel cuts rows of nvec vectors over `ctas` CTAs resident at once, each holding
  * at most `cap` vectors: `pieces` chunks a row of `chunk` vectors (the last one possibly
@@ -428,6 +421,13 @@ constexpr int64_t kBwdHoldMinChunk = 7 * kHoldThreads;
 constexpr int64_t hold_cap_vecs(int smem_per_sm, int per_sm = 2) {
   return ((int64_t)smem_per_sm / per_sm - 4096) / 16;
 }
+
+/* The dgamma/dbeta finalize reads four columns a thread (16-byte loads) from rows of this many
+ * columns on (a multiple of 4): there the partial rows are few and long, and one 4-byte load a
+ * thread left the finalize at about a third of the copy's speed (ncu, session 53, H200: 15.8 us
+ * for the 8 partial rows of bf16 LayerNorm 512 x 262144). Shorter rows have many partial rows
+ * and few columns, where four columns a thread would leave too few CTAs. */
+constexpr int64_t kFinVecCols = 16384;
 
 /* Vectors a thread in the forward MODE_CTA kernel: kCtaMinVpt (8 elements), twice or four
  * times that. */
