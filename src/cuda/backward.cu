@@ -36,7 +36,9 @@
  *                    barrier and the accumulators, each thread's vectors staged by its own
  *                    cp.async rounds ahead and read twice from shared memory; LayerNorm rows
  *                    of 16384 over a cluster of 2 such CTAs, of 32768 and 65536 (up to 2^26
- *                    elements) over 8 and 16 CTAs of 128 threads, two an SM.
+ *                    elements) over 8 and 16 CTAs of 128 threads, two an SM; rows of 65536
+ *                    in three stages, each round's dx a round late, behind the next round's
+ *                    first pass, so that the cluster's exchange of its sums overlaps work.
  *  bwd_reg_kernel    the same rows up to 512 vectors where the ring does not apply (sm_80, or
  *                    one-element access): a CTA per row, dy and x arriving through a
  *                    two-stage cp.async ring; the row lanes of a cluster (sm_90) fold their
@@ -624,25 +626,37 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
   }
   const float inv_n = count_rcp((float)a.cols);
   const int64_t step = nunits;
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s)
-    issue(s, unit + s * step);
   int cur = 0, parity = 0;
-  for (int64_t q = unit; q < rounds; q += step) { /* (uniform over the cluster) */
-    /* The stage S - 1 rounds ahead held the round before this one, which this thread has
-     * read (its own copies only). */
-    issue((cur + S - 1) % S, q + (S - 1) * step);
-    cp_async_wait_n<S - 1>(); /* this round's group has landed */
-    float mu[R], rs[R];
+  /* Stage c's round's mean and rstd (from the queue). */
+  auto stats_of = [&](int c, float(&mu)[R], float(&rs)[R]) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       mu[j] = rs[j] = 0.f;
 #pragma unroll
       for (int u = 0; u < S; ++u)
-        if (u == cur)
+        if (u == c)
           mu[j] = qmu[u][j], rs[j] = qrs[u][j];
     }
-    float sums[K * R];
+  };
+  /* The cluster's sums of a round from its exchange slot xs, in rank order. */
+  auto cluster_sums = [&](int xs, float(&sums)[K * R]) {
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    const RingRed &cr = cluster_red_slots();
+#pragma unroll
+    for (int r = 0; r < CL; ++r) {
+      const float4 p = cr.cta[xs][r];
+      v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
+    }
+#pragma unroll
+    for (int i = 0; i < K * R; ++i)
+      sums[i] = v[i];
+  };
+  /* The first pass over stage c (round q): the accumulators, and the CTA's sums of each row
+   * (every thread gets them) after one __syncthreads. With `wait_prev` (clusters), before that
+   * barrier: the wait for the previous round's exchange, its sums read into `held`. */
+  float held[K * R]; /* (clusters) the previous round's sums, once its exchange is read */
+  auto first_pass = [&](int c, int64_t q, const float(&mu)[R], const float(&rs)[R],
+                        float(&sums)[K * R], bool wait_prev) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       float s0 = 0.f, s1 = 0.f;
@@ -650,8 +664,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
           float d[VEC], xv[VEC];
-          unpack_f32<T, VEC>(*slot(cur, j, 0, k), d);
-          unpack_f32<T, VEC>(*slot(cur, j, 1, k), xv);
+          unpack_f32<T, VEC>(*slot(c, j, 0, k), d);
+          unpack_f32<T, VEC>(*slot(c, j, 1, k), xv);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
             const float xh = RMS ? xv[e] * rs[j] : (xv[e] - mu[j]) * rs[j];
@@ -678,6 +692,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
 #pragma unroll
       for (int i = 0; i < K * R; ++i)
         xchg[parity][warp][i] = sums[i];
+    if constexpr (CL > 1)
+      if (wait_prev)
+        cluster_sums(cluster_wait(cluster_red_slots(), xround - 1), held);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < K * R; ++i)
@@ -688,27 +705,17 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
       for (int i = 0; i < K * R; ++i)
         sums[i] += xchg[parity][w][i];
     parity ^= 1;
-    if constexpr (CL > 1) {
-      /* The __syncthreads above stands between this exchange and the previous round's reads
-       * of its slots (cluster_exchange); every CTA of the cluster runs every round. */
-      RingRed &cr = cluster_red_slots();
-      float v[4] = {0.f, 0.f, 0.f, 0.f};
+  };
+  auto post = [&](const float(&sums)[K * R]) {
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int i = 0; i < K * R; ++i)
-        v[i] = sums[i];
-      const int xs = cluster_exchange(make_float4(v[0], v[1], v[2], v[3]), cr, xround, CL);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        v[i] = 0.f;
-#pragma unroll
-      for (int r = 0; r < CL; ++r) {
-        const float4 p = cr.cta[xs][r];
-        v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
-      }
-#pragma unroll
-      for (int i = 0; i < K * R; ++i)
-        sums[i] = v[i];
-    }
+    for (int i = 0; i < K * R; ++i)
+      v[i] = sums[i];
+    cluster_post(make_float4(v[0], v[1], v[2], v[3]), cluster_red_slots(), xround, CL);
+  };
+  /* The second pass over stage c (round q): dx from the row sums. */
+  auto second_pass = [&](int c, int64_t q, const float(&mu)[R], const float(&rs)[R],
+                         const float(&sums)[K * R]) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int64_t row = q * R + j;
@@ -725,8 +732,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float d[VEC], xv[VEC], out[VEC];
-        unpack_f32<T, VEC>(*slot(cur, j, 0, k), d);
-        unpack_f32<T, VEC>(*slot(cur, j, 1, k), xv);
+        unpack_f32<T, VEC>(*slot(c, j, 0, k), d);
+        unpack_f32<T, VEC>(*slot(c, j, 1, k), xv);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const float g = d[e] * gam(k, e);
@@ -736,7 +743,67 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
         store_vec<T, VEC>(dx + row * a.dx_stride + col0 + ((int64_t)k * THREADS + t) * VEC, out);
       }
     }
-    cur = (cur + 1) % S;
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    issue(s, unit + s * step);
+  if constexpr (CL == 1 || S == 2) {
+    for (int64_t q = unit; q < rounds; q += step) { /* (uniform over the cluster) */
+      /* The stage S - 1 rounds ahead held the round before this one, which this thread has
+       * read (its own copies only). */
+      issue((cur + S - 1) % S, q + (S - 1) * step);
+      cp_async_wait_n<S - 1>(); /* this round's group has landed */
+      float mu[R], rs[R], sums[K * R];
+      stats_of(cur, mu, rs);
+      first_pass(cur, q, mu, rs, sums, false);
+      if constexpr (CL > 1) {
+        /* The first pass's __syncthreads stands between this exchange and the previous
+         * round's reads of its slots (cluster_exchange); every CTA of the cluster runs every
+         * round. */
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < K * R; ++i)
+          v[i] = sums[i];
+        cluster_sums(
+            cluster_exchange(make_float4(v[0], v[1], v[2], v[3]), cluster_red_slots(), xround, CL),
+            sums);
+      }
+      second_pass(cur, q, mu, rs, sums);
+      cur = (cur + 1) % S;
+    }
+  } else {
+    /* A cluster's rows in S = 3 stages (rows of 65536; batch_shape has the measurements): each
+     * round's second pass waits one round, so that the exchange of its sums overlaps the next
+     * round's first pass. Round q: its first pass; the wait for round
+     * q - 1's exchange and the reads of its slot, before the first pass's barrier (which then
+     * stands between those reads and the post that reuses the slot, cluster_post); round q's
+     * post; round q - 1's second pass; and its stage refilled S - 1 rounds ahead of q. So a
+     * stage holds its round from the issue until a round after its first pass: S is 3 (two
+     * rounds in flight, the deferred one held). Rounds are uniform over the cluster. */
+    static_assert(CL == 1 || S == 3, "the deferred second pass: three stages");
+    int64_t q = unit;
+    for (; q < rounds; q += step) {
+      cp_async_wait_n<S - 2>(); /* this round's group has landed */
+      const bool deferred = q != unit;
+      float mu[R], rs[R], sums[K * R];
+      stats_of(cur, mu, rs);
+      first_pass(cur, q, mu, rs, sums, deferred);
+      post(sums);
+      const int prev = (cur + S - 1) % S;
+      if (deferred) {
+        stats_of(prev, mu, rs);
+        second_pass(prev, q - step, mu, rs, held);
+      }
+      issue(prev, q + (S - 1) * step);
+      cur = (cur + 1) % S;
+    }
+    if (q != unit) { /* the last round's second pass */
+      const int prev = (cur + S - 1) % S;
+      float mu[R], rs[R], sums[K * R];
+      stats_of(prev, mu, rs);
+      cluster_sums(cluster_wait(cluster_red_slots(), xround - 1), sums);
+      second_pass(prev, q - step, mu, rs, sums);
+    }
   }
   cp_async_wait_n<0>(); /* (only empty groups can be pending) */
   if constexpr (CL > 1)
@@ -787,8 +854,8 @@ template <typename T, typename P> static void (*bwd_batch_pick(int64_t cols, boo
       return rms ? bwd_batch_kernel<T, P, 128, 4, 2, 2, true, 8>
                  : bwd_batch_kernel<T, P, 128, 4, 2, 2, false, 8>;
     if (cols == 65536)
-      return rms ? bwd_batch_kernel<T, P, 128, 4, 2, 2, true, 16>
-                 : bwd_batch_kernel<T, P, 128, 4, 2, 2, false, 16>;
+      return rms ? bwd_batch_kernel<T, P, 128, 4, 2, 3, true, 16>
+                 : bwd_batch_kernel<T, P, 128, 4, 2, 3, false, 16>;
   }
   return nullptr;
 }

@@ -687,11 +687,17 @@ __device__ __forceinline__ void cta_sum(float (&v)[K], RingRed &sm, int &round) 
 /* Give every CTA of the cluster (size csize) this CTA's four values: afterwards
  * sm.cta[slot][r] holds CTA r's, for every r; returns the slot. Every CTA calls it in the same
  * round (`xround`, which it advances), after a __syncthreads since its previous call (which
- * the caller's cta_sum provides), and after the ring's mbarrier initialization. */
-__device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xround, int csize) {
-  const int slot = xround & 1;
+ * the caller's cta_sum provides), and after the ring's mbarrier initialization.
+ * cluster_post and cluster_wait are its two halves, for a kernel that does other work between
+ * them: cluster_post(v, sm, xround, csize) sends round xround's values (and advances xround),
+ * cluster_wait(sm, r) waits for round r's and returns its slot. The slots alternate, so a CTA
+ * posts round r + 2 only after a __syncthreads that follows every thread's last read of round
+ * r's slot (a peer posts round r + 2 only once this CTA has posted r + 1). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t bar = smem_addr(&sm.xbar[slot]);
+/* This CTA's four values into slot `slot` of every CTA of the cluster, completing on each one's
+ * exchange mbarrier `bar` (this CTA's address of it), whose bytes thread 0 expects here. */
+__device__ __forceinline__ void cluster_send(float4 v, RingRed &sm, int slot, uint32_t bar,
+                                             int csize) {
   const uint32_t me = cluster_rank();
   if (threadIdx.x == 0)
     mbar_expect_at(bar, (uint32_t)(csize * 16));
@@ -703,12 +709,38 @@ __device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xrou
         "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cluster_addr(bar, peer))
         : "memory");
   }
+}
+#endif
+__device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xround, int csize) {
+  const int slot = xround & 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t bar = smem_addr(&sm.xbar[slot]);
+  cluster_send(v, sm, slot, bar, csize);
   mbar_wait_at(bar, (uint32_t)(xround >> 1) & 1u);
 #else
   (void)csize;
   sm.cta[slot][0] = v;
 #endif
   ++xround;
+  return slot;
+}
+__device__ __forceinline__ void cluster_post(float4 v, RingRed &sm, int &xround, int csize) {
+  const int slot = xround & 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cluster_send(v, sm, slot, smem_addr(&sm.xbar[slot]), csize);
+#else
+  (void)csize;
+  sm.cta[slot][0] = v;
+#endif
+  ++xround;
+}
+__device__ __forceinline__ int cluster_wait(RingRed &sm, int round) {
+  const int slot = round & 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  mbar_wait_at(smem_addr(&sm.xbar[slot]), (uint32_t)(round >> 1) & 1u);
+#else
+  (void)sm;
+#endif
   return slot;
 }
 
