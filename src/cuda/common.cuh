@@ -684,15 +684,6 @@ __device__ __forceinline__ void cta_sum(float (&v)[K], RingRed &sm, int &round) 
   ++round;
 }
 
-/* Give every CTA of the cluster (size csize) this CTA's four values: afterwards
- * sm.cta[slot][r] holds CTA r's, for every r; returns the slot. Every CTA calls it in the same
- * round (`xround`, which it advances), after a __syncthreads since its previous call (which
- * the caller's cta_sum provides), and after the ring's mbarrier initialization.
- * cluster_post and cluster_wait are its two halves, for a kernel that does other work between
- * them: cluster_post(v, sm, xround, csize) sends round xround's values (and advances xround),
- * cluster_wait(sm, r) waits for round r's and returns its slot. The slots alternate, so a CTA
- * posts round r + 2 only after a __syncthreads that follows every thread's last read of round
- * r's slot (a peer posts round r + 2 only once this CTA has posted r + 1). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 /* This CTA's four values into slot `slot` of every CTA of the cluster, completing on each one's
  * exchange mbarrier `bar` (this CTA's address of it), whose bytes thread 0 expects here. */
@@ -711,6 +702,15 @@ __device__ __forceinline__ void cluster_send(float4 v, RingRed &sm, int slot, ui
   }
 }
 #endif
+/* Give every CTA of the cluster (size csize) this CTA's four values: afterwards
+ * sm.cta[slot][r] holds CTA r's, for every r; returns the slot. Every CTA calls it in the same
+ * round (`xround`, which it advances), after a __syncthreads since its previous call (which
+ * the caller's cta_sum provides), and after the ring's mbarrier initialization.
+ * cluster_post and cluster_wait are its two halves, for a kernel that does other work between
+ * them: cluster_post(v, sm, xround, csize) sends round xround's values (and advances xround),
+ * cluster_wait(sm, r) waits for round r's and returns its slot. The slots alternate, so a CTA
+ * posts round r + 2 only after a __syncthreads that follows every thread's last read of round
+ * r's slot (a peer posts round r + 2 only once this CTA has posted r + 1). */
 __device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xround, int csize) {
   const int slot = xround & 1;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
