@@ -209,7 +209,9 @@ __device__ __forceinline__ void row_sums_collect(float (&sums)[2], RingRed &red,
 /* Writes the dgamma/dbeta accumulators of the vectors a thread owns (t + k * blockDim.x of
  * its chunk, k < VPT) into partial row `part` (gamma) and nparts + part (beta), in whole 16-byte
  * words where the vector has 4 or 8 elements (the row, the chunk and the workspace are then
- * 16-byte aligned). Scalar stores of 8-element vectors, each lane's 32 bytes beside its
+ * 16-byte aligned; written as float4 copies, which the compiler still splits into four 32-bit
+ * stores in the ring, hold and one-CTA batch kernels: session 54's cuobjdump, lead 47 in
+ * bench/tune/). Scalar stores of 8-element vectors, each lane's 32 bytes beside its
  * neighbours', wrote every 32-byte sector of the partial rows in eight pieces: ncu (session 53,
  * H200, bf16 LayerNorm 512 x 262144, the ring's RESIDENT form) had the row kernel 293 us with
  * them against 248 us without dgamma and dbeta, at the same instructions and DRAM bytes give or
@@ -706,12 +708,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
         sums[i] += xchg[parity][w][i];
     parity ^= 1;
   };
-  auto post = [&](const float(&sums)[K * R]) {
+  /* A round's K * R sums as the one float4 a CTA sends its cluster (zero past them). */
+  auto as_float4 = [](const float(&sums)[K * R]) {
     float v[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < K * R; ++i)
       v[i] = sums[i];
-    cluster_post(make_float4(v[0], v[1], v[2], v[3]), cluster_red_slots(), xround, CL);
+    return make_float4(v[0], v[1], v[2], v[3]);
   };
   /* The second pass over stage c (round q): dx from the row sums. */
   auto second_pass = [&](int c, int64_t q, const float(&mu)[R], const float(&rs)[R],
@@ -760,13 +763,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
         /* The first pass's __syncthreads stands between this exchange and the previous
          * round's reads of its slots (cluster_exchange); every CTA of the cluster runs every
          * round. */
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < K * R; ++i)
-          v[i] = sums[i];
-        cluster_sums(
-            cluster_exchange(make_float4(v[0], v[1], v[2], v[3]), cluster_red_slots(), xround, CL),
-            sums);
+        cluster_sums(cluster_exchange(as_float4(sums), cluster_red_slots(), xround, CL), sums);
       }
       second_pass(cur, q, mu, rs, sums);
       cur = (cur + 1) % S;
@@ -788,7 +785,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
       float mu[R], rs[R], sums[K * R];
       stats_of(cur, mu, rs);
       first_pass(cur, q, mu, rs, sums, deferred);
-      post(sums);
+      cluster_post(as_float4(sums), cluster_red_slots(), xround, CL);
       const int prev = (cur + S - 1) % S;
       if (deferred) {
         stats_of(prev, mu, rs);
