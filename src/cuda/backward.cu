@@ -209,16 +209,17 @@ __device__ __forceinline__ void row_sums_collect(float (&sums)[2], RingRed &red,
 /* Writes the dgamma/dbeta accumulators of the vectors a thread owns (t + k * blockDim.x of
  * its chunk, k < VPT) into partial row `part` (gamma) and nparts + part (beta), in whole 16-byte
  * words where the vector has 4 or 8 elements (the row, the chunk and the workspace are then
- * 16-byte aligned; written as float4 copies, which the compiler still splits into four 32-bit
- * stores in the ring, hold and one-CTA batch kernels: session 54's cuobjdump, lead 47 in
- * bench/tune/). Scalar stores of 8-element vectors, each lane's 32 bytes beside its
+ * 16-byte aligned). Scalar stores of 8-element vectors, each lane's 32 bytes beside its
  * neighbours', wrote every 32-byte sector of the partial rows in eight pieces: ncu (session 53,
  * H200, bf16 LayerNorm 512 x 262144, the ring's RESIDENT form) had the row kernel 293 us with
  * them against 248 us without dgamma and dbeta, at the same instructions and DRAM bytes give or
  * take the partial rows' 15 MB, and 180 MB more L2 traffic. With 8-element vectors a warp's 32
  * vectors are 256 consecutive columns: the lanes swap halves (shuffles) so that each of the two
- * stores a vector writes 512 consecutive bytes. Called by every thread of the CTA (the shuffles
- * take whole warps; the CTAs have whole warps). */
+ * stores a vector writes 512 consecutive bytes. Each float4 goes out as one st.global.v4
+ * (store_f32x4_in_place): written as float4 copies, the compiler split them into four 32-bit stores
+ * in the ring, hold and batch kernels (cuobjdump, session 54; ncu31 measured what split dx stores
+ * cost the batch tier). Called by every thread of the CTA (the shuffles take whole warps; the CTAs
+ * have whole warps). */
 template <int VEC, int VPT, bool RMS = false>
 __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part, int64_t v0,
                                                const bool (&mine)[VPT], const float *acc_g,
@@ -252,18 +253,18 @@ __device__ __forceinline__ void write_partials(const BwdParams &a, int64_t part,
         }
         if ((owned >> src) & 1u) {
           const int64_t at = (first + src) * 8 + (hi ? 4 : 0);
-          *reinterpret_cast<float4 *>(pg + at) = make_float4(g[0], g[1], g[2], g[3]);
+          store_f32x4_in_place(pg + at, g[0], g[1], g[2], g[3]);
           if constexpr (!RMS) /* (RMS kernels run only without dbeta: never read) */
-            *reinterpret_cast<float4 *>(pb + at) = make_float4(b[0], b[1], b[2], b[3]);
+            store_f32x4_in_place(pb + at, b[0], b[1], b[2], b[3]);
         }
       }
     } else if (mine[k]) {
       if constexpr (VEC == 4) {
-        *reinterpret_cast<float4 *>(pg + i * 4) =
-            make_float4(acc_g[k * 4], acc_g[k * 4 + 1], acc_g[k * 4 + 2], acc_g[k * 4 + 3]);
+        store_f32x4_in_place(pg + i * 4, acc_g[k * 4], acc_g[k * 4 + 1], acc_g[k * 4 + 2],
+                             acc_g[k * 4 + 3]);
         if constexpr (!RMS)
-          *reinterpret_cast<float4 *>(pb + i * 4) =
-              make_float4(acc_b[k * 4], acc_b[k * 4 + 1], acc_b[k * 4 + 2], acc_b[k * 4 + 3]);
+          store_f32x4_in_place(pb + i * 4, acc_b[k * 4], acc_b[k * 4 + 1], acc_b[k * 4 + 2],
+                               acc_b[k * 4 + 3]);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -743,7 +744,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
           out[e] = RMS ? dx_elem<RMS>(dr, g, xv[e] * rs[j])
                        : fmaf(g, dr.rs, fmaf(xv[e] - mu[j], x1, -dr.c0));
         }
-        store_vec<T, VEC>(dx + row * a.dx_stride + col0 + ((int64_t)k * THREADS + t) * VEC, out);
+        /* ONE_STORE: as a Pack copy the compiler split the first of a row's vectors into 32-,
+         * 32- and 64-bit stores in the clustered forms (ncu31: 10% of the kernel's time at rows
+         * of 16384, against the one-CTA form's whole stores at 8192). */
+        store_vec<T, VEC, true>(dx + row * a.dx_stride + col0 + ((int64_t)k * THREADS + t) * VEC,
+                                out);
       }
     }
   };
@@ -807,31 +812,17 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
     cluster_barrier(CL); /* no CTA leaves while a peer may still write its slots */
   if (!a.want_dparams)
     return;
-  /* The CTA's partial row: its threads own disjoint columns, all of them in the row.
-   * LayerNorm's through write_partials (each warp store 512 consecutive bytes): A/B run FK
-   * (H200) against each thread's own two float4s a vector, 32 bytes apart across the lanes,
-   * 0 to +1.7 points at 2^27 elements (bf16 16384 85.5 -> 87.2, 8192 94.6 -> 95.7) and up to
-   * +2.9 at 2^25. RMSNorm's (dgamma alone) keep those float4s: through write_partials, RMSNorm
-   * 8192 lost 2.0 (bf16) and 0.9 (fp16) points at 2^27 elements, the rest level. */
-  if constexpr (!RMS) {
-    bool mine[VPT];
+  /* The CTA's partial row: its threads own disjoint columns, all of them in the row; each warp
+   * store writes 512 consecutive bytes (write_partials). A/B run FK (H200), LayerNorm's against
+   * each thread's own two float4s a vector, 32 bytes apart across the lanes: 0 to +1.7 points at
+   * 2^27 elements (bf16 16384 85.5 -> 87.2, 8192 94.7 -> 95.8), up to +2.9 at 2^25; RMSNorm 8192
+   * then lost 2.0 (bf16) and 0.9 (fp16), when write_partials' float4 stores were still split in
+   * four by the compiler (ncu31, lead 47). */
+  bool mine[VPT];
 #pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      mine[k] = true;
-    write_partials<VEC, VPT>(a, unit, (int64_t)crank * NV, mine, acc_g, acc_b);
-  } else {
-    float *pg = a.partial + unit * a.cols + col0;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int64_t col = ((int64_t)k * THREADS + t) * VEC;
-#pragma unroll
-      for (int e = 0; e < VEC; e += 4) {
-        const int i = k * VEC + e;
-        *reinterpret_cast<float4 *>(pg + col + e) =
-            make_float4(acc_g[i], acc_g[i + 1], acc_g[i + 2], acc_g[i + 3]);
-      }
-    }
-  }
+  for (int k = 0; k < VPT; ++k)
+    mine[k] = true;
+  write_partials<VEC, VPT, RMS>(a, unit, (int64_t)crank * NV, mine, acc_g, acc_b);
 }
 
 /* The batch kernel for rows of `cols` (batch_shape's shapes, 16-bit rows with gamma in their

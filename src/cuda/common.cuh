@@ -241,6 +241,12 @@ __device__ __forceinline__ void store_words_in_place(void *p, const uint32_t (&w
                : "memory");
 }
 
+/* Four floats stored as one st.global.v4 at p (16-byte aligned), as store_words_in_place. */
+__device__ __forceinline__ void store_f32x4_in_place(float *p, float a, float b, float c, float d) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+
 /* A 16-byte vector of read-only data (gamma, beta) read where it stands in the code (volatile:
  * not hoisted with the rest of a row's loads, which would hold their registers). */
 __device__ __forceinline__ uint4 load_words_in_place(const void *p) {
