@@ -95,6 +95,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool wide = vec * (p.dtype == FNORM_DTYPE_F32 ? 4 : 2) == 16;
   const int max_cluster = dev.cc_major >= 9 ? 16 : 1;
   require(pl.vec == vec, "forward: the plan's width is the one asked for");
+  require(pl.carveout == 0 || (pl.mode == MODE_LOOP && pl.smem > 0),
+          "forward: a carve-out only for the loop kernel's staged parameters");
   require(kTuningBuild || !pl.variant || pl.mode == MODE_CTA || pl.tier == TIER_WARP ||
               pl.mode == MODE_LOOP ||
               (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
@@ -304,9 +306,22 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "forward loop kernel: whole warps, one CTA a row, 1, 2, 4 or 8 vectors a step");
     if (p.norm == FNORM_LAYERNORM) {
       require(pl.vpt * vec == 32 && pl.threads == loop_full_threads(pl.variant - 8) &&
-                  p.cols % (32 * (int64_t)pl.threads) == 0 && pl.grid >= 1 && pl.grid <= p.rows,
+                  p.cols % (32 * (int64_t)pl.threads) == 0,
               "forward LayerNorm loop kernel: 32 values a thread a step, rows of whole steps of "
-              "the form's threads, a CTA a row");
+              "the form's threads");
+      /* fp32 rows of 32768 with gamma and beta (check_forward's callers give both): persistent,
+       * kFwdLoopLnStaged vectors of gamma and beta a thread in shared memory, the carve-out the
+       * request rounded down */
+      const size_t staged_bytes = (size_t)2 * kFwdLoopLnStaged * 1024 * 16;
+      const bool staged = kFwdLoopLnStaged > 0 && p.cols == 32768 && pl.threads == 1024 &&
+                          staged_bytes <= (size_t)dev.max_smem_optin;
+      require(staged ? pl.smem == staged_bytes && pl.grid == -p.rows &&
+                           pl.carveout ==
+                               (int)(((int64_t)staged_bytes + 3072) * 100 / dev.smem_per_sm) &&
+                           pl.carveout > 0 && pl.carveout <= 100
+                     : pl.smem == 0 && pl.carveout == 0 && pl.grid >= 1 && pl.grid <= p.rows,
+              "forward LayerNorm loop kernel: fp32 32768 persistent with its parameters staged "
+              "and its carve-out, the rest a CTA a row");
       require(kTuningBuild ||
                   (full_ln(p, dev) && pl.variant == 8 + kLoopFull + kLoopFreeParams + kLoopLn +
                                                         loop_full_thread_bits((int)(p.cols / 32))),
@@ -878,6 +893,18 @@ void check_choices() {
                  pln.vpt == 8 && (int64_t)pln.threads * 32 == fcols[i] &&
                  ((pln.variant - 8) & kLoopLn) != 0,
              "fp32 LayerNorm: fwd_loop_ln_kernel, the row in one step of 32 values a thread");
+      /* 32768 with gamma and beta: its parameters' first vectors staged for the launch
+       * (kFwdLoopLnStaged); without them, not (the same kernel a CTA a row) */
+      const Plan plain = plan_forward(&p, 4, h200.info, true, false);
+      expect(h200, F32, LN, p.rows, fcols[i], false,
+             fcols[i] == 32768 && kFwdLoopLnStaged > 0
+                 ? pln.smem == (size_t)2 * kFwdLoopLnStaged * 1024 * 16 && pln.grid == -p.rows &&
+                       pln.carveout == 43 && plain.mode == MODE_LOOP &&
+                       plain.variant == pln.variant && plain.smem == 0 && plain.grid == p.rows &&
+                       plain.carveout == 0
+                 : pln.smem == 0 && pln.carveout == 0 && plain.smem == 0,
+             "fp32 LayerNorm 32768: gamma and beta staged in 96 KiB with a carve-out of 43% "
+             "(228 KiB an SM), only where both are given");
       /* below its bound, the kernels before it */
       p.rows = full_ln_min_rows(fcols[i], h200.info) - 1;
       expect(h200, F32, LN, p.rows, fcols[i], false,

@@ -79,7 +79,8 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
   const int64_t strides[2] = {p->x_stride, p->y_stride};
   const void *params[2] = {a->gamma, a->beta};
   const int vec = choose_vec(p, row_ptrs, strides, 2, params, 2);
-  const Plan plan = plan_forward(p, vec, dev, a->x != a->y);
+  const bool gamma_beta = a->gamma != NULL && a->beta != NULL;
+  const Plan plan = plan_forward(p, vec, dev, a->x != a->y, gamma_beta);
   FwdParams k = {};
   k.x = a->x;
   k.y = a->y;
@@ -105,7 +106,7 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
    * device refuses it (fewer SMs given to this process than it has, say), the rows go to the
    * kernel they take without it. */
   if (s != FNORM_SUCCESS && plan.mode == MODE_HOLD)
-    s = launch(plan_forward(p, vec, dev, false));
+    s = launch(plan_forward(p, vec, dev, false, gamma_beta));
   return s;
 }
 

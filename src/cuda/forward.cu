@@ -1790,36 +1790,24 @@ __global__ void __launch_bounds__(1024, 1) fwd_loop_ln_kernel(FwdParams a) {
   }
 }
 
-/* fwd_loop_ln_kernel (1024 threads) with staged parameters (kFwdLoopLnStaged):
- * `smem` bytes of dynamic shared memory and a carve-out of about that (the driver rounds it up to
- * one it has), so that L1 keeps the rest for x's second read; persistent (the CTAs resident at
- * once, at most a.rows), each CTA keeping its staged parameters for every row it takes. */
-static fnorm_status launch_loop_staged(void (*k)(FwdParams), const FwdParams &a,
-                                       cudaStream_t stream, size_t smem) {
-  int dev = 0, sm_smem = 0;
-  if (kernel_attributes(k, smem, 1) != FNORM_SUCCESS || cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) !=
-          cudaSuccess ||
-      sm_smem <= 0) {
-    cudaGetLastError();
-    return FNORM_ERR_CUDA;
-  }
-  /* The request rounded down: the driver should take the smallest carve-out it has that holds
-   * the CTA (dynamic, the kernel's 2 KiB static and the 1 KiB the system keeps a CTA), 100 KiB
-   * for 96 KiB staged (not verified: ncu's "Shared Memory Configuration Size" says); rounded up,
-   * 44% of 228 KiB would ask past 100 KiB for 132 and leave L1 less than the row. */
-  const int64_t need = (int64_t)smem + 3072;
-  const int percent = (int)(need * 100 / sm_smem);
-  if (cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           percent < 100 ? percent : 100) != cudaSuccess) {
+/* fwd_loop_ln_kernel (1024 threads) with staged parameters (kFwdLoopLnStaged), as plan_forward
+ * plans it: plan.smem bytes of dynamic shared memory and plan.carveout, set before the occupancy
+ * calculation sizes the persistent grid (the CTAs resident at once, at most -plan.grid), each CTA
+ * keeping its staged parameters for every row it takes. (Not launch_kernel: its
+ * kernel_attributes asks for the largest carve-out, which would leave L1 less than the row.) */
+static fnorm_status launch_loop_staged(void (*k)(FwdParams), const Plan &plan, const FwdParams &a,
+                                       cudaStream_t stream) {
+  if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS ||
+      (plan.carveout > 0 && cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 plan.carveout) != cudaSuccess)) {
     cudaGetLastError();
     return FNORM_ERR_CUDA;
   }
   int64_t units = 0;
-  const fnorm_status st = persistent_units(k, 1024, smem, 1, a.rows, &units);
+  const fnorm_status st = persistent_units(k, plan.threads, plan.smem, 1, -plan.grid, &units);
   if (st != FNORM_SUCCESS)
     return st;
-  return launch_prepared(k, units, 1024, smem, 1, stream, a);
+  return launch_prepared(k, units, plan.threads, plan.smem, 1, stream, a);
 }
 
 /* fwd_loop_ln_kernel by FORM: 536 at 1024 threads, 568 at 512, 600 at 256 (release builds: fp32
@@ -2760,6 +2748,18 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_LOOP) { /* fwd_loop_kernel, fwd_loop_ln_kernel */
     if constexpr (VEC * sizeof(T) == 16) {
+      constexpr int full1024 = kLoopFull + kLoopFreeParams;
+      if (plan.smem > 0) { /* the staged form: plan_forward's fp32 LayerNorm 32768 */
+        if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value &&
+                      kFwdLoopLnStaged > 0)
+          if (a.layernorm && a.gamma && a.beta && plan.variant == 8 + full1024 + kLoopLn &&
+              plan.grid < 0 && plan.smem == (size_t)2 * kFwdLoopLnStaged * 1024 * 16 &&
+              loop_full_fits(plan, full1024 + kLoopLn, a.cols, VEC))
+            return launch_loop_staged(
+                fwd_loop_ln_kernel<float, float, 4, full1024 + kLoopLn, kFwdLoopLnStaged>, plan, a,
+                stream);
+        return FNORM_ERR_UNSUPPORTED;
+      }
       void (*k)(FwdParams) = nullptr;
       if constexpr (kTuningBuild) { /* every form; variant 1 the PIPE one, 8 + FORM the rest */
         const bool pipe = plan.variant == 1;
@@ -2798,17 +2798,6 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         /* the full forms: their threads and rows of whole steps (loop_full_fits) */
         if (!k && plan.variant > 8 && loop_full_fits(plan, plan.variant - 8, a.cols, VEC)) {
           const int form = plan.variant - 8;
-          /* fp32 LayerNorm 32768 with gamma and beta: the 1024-thread form persistent, the
-           * parameters of the first kFwdLoopLnStaged vectors of each thread's step in shared
-           * memory (16 KiB a vector and array), with a carve-out of about that
-           * (launch_loop_staged) */
-          constexpr int full1024 = kLoopFull + kLoopFreeParams;
-          if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value &&
-                        kFwdLoopLnStaged > 0)
-            if (a.layernorm && a.gamma && a.beta && form == full1024 + kLoopLn && a.cols == 32768)
-              return launch_loop_staged(
-                  fwd_loop_ln_kernel<float, float, 4, full1024 + kLoopLn, kFwdLoopLnStaged>, a,
-                  stream, (size_t)2 * kFwdLoopLnStaged * 1024 * 16);
           if (form & kLoopLn) /* LayerNorm rows only, in steps of 32 values */
             k = a.layernorm && plan.vpt * VEC == 32 ? fwd_loop_ln_pick<T, P, VEC>(form) : nullptr;
           else if (!a.layernorm)

@@ -165,7 +165,12 @@ struct Plan {
   int packed;       /* forward TIER_WARP: 1 for fwd_rows_packed_kernel (16-byte rows of vpt
                        vectors a lane over threads / 32 warps, a row a CTA; packed_rows_shape) */
   int threads;      /* CTA size */
-  int64_t grid;     /* CTAs launched */
+  int carveout;     /* forward MODE_LOOP with smem (fwd_loop_ln_kernel's staged parameters): the
+                       shared-memory carve-out asked for, in percent of the SM's shared memory,
+                       before the persistent grid is sized; 0: not asked (the largest where
+                       there is dynamic shared memory, kernel_attributes) */
+  int64_t grid;     /* CTAs launched; negative: persistent, the CTAs (or clusters) resident at
+                       once, at most -grid */
   int64_t chunk;    /* TIER_ROW: vectors per CTA; TIER_STREAM: vectors per row chunk */
   size_t smem;      /* dynamic shared memory per CTA */
   int64_t nparts;   /* backward: dgamma/dbeta partial rows */
@@ -450,8 +455,10 @@ fnorm_status launch_backward(const Plan &plan, BwdParams a, void *dgamma, void *
  * where every pointer and stride allows 16-byte access and the row length is a multiple of it,
  * else 1. backward_workspace_bytes is the workspace query's answer, for either width. */
 /* hold: MODE_HOLD may be planned (it posts its statistics through y, so not where y is x, and
- * not again after the device refused its cooperative launch). */
-Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool hold = true);
+ * not again after the device refused its cooperative launch). gamma_beta: both gamma and beta are
+ * given (forms that keep them in shared memory for the launch are planned only then). */
+Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool hold = true,
+                  bool gamma_beta = true);
 /* from_y: the backward is given y, not x (plan_backward_from_y then completes the plan). hold:
  * MODE_HOLD may be planned (not again after the device refused its cooperative launch).
  * fallback (where not NULL): where the plan takes the hold tier, set to the plan without it,
