@@ -312,7 +312,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
       /* fp32 rows of 32768 with gamma and beta (check_forward's callers give both): persistent,
        * kFwdLoopLnStaged vectors of gamma and beta a thread in shared memory, the carve-out the
        * request rounded down */
-      const size_t staged_bytes = (size_t)2 * kFwdLoopLnStaged * 1024 * 16;
+      const size_t staged_bytes = kFwdLoopLnStagedBytes;
       const bool staged = kFwdLoopLnStaged > 0 && p.cols == 32768 && pl.threads == 1024 &&
                           staged_bytes <= (size_t)dev.max_smem_optin;
       require(staged ? pl.smem == staged_bytes && pl.grid == -p.rows &&
@@ -898,10 +898,9 @@ void check_choices() {
       const Plan plain = plan_forward(&p, 4, h200.info, true, false);
       expect(h200, F32, LN, p.rows, fcols[i], false,
              fcols[i] == 32768 && kFwdLoopLnStaged > 0
-                 ? pln.smem == (size_t)2 * kFwdLoopLnStaged * 1024 * 16 && pln.grid == -p.rows &&
-                       pln.carveout == 43 && plain.mode == MODE_LOOP &&
-                       plain.variant == pln.variant && plain.smem == 0 && plain.grid == p.rows &&
-                       plain.carveout == 0
+                 ? pln.smem == kFwdLoopLnStagedBytes && pln.grid == -p.rows && pln.carveout == 43 &&
+                       plain.mode == MODE_LOOP && plain.variant == pln.variant && plain.smem == 0 &&
+                       plain.grid == p.rows && plain.carveout == 0
                  : pln.smem == 0 && pln.carveout == 0 && plain.smem == 0,
              "fp32 LayerNorm 32768: gamma and beta staged in 96 KiB with a carve-out of 43% "
              "(228 KiB an SM), only where both are given");

@@ -2753,7 +2753,7 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
         if constexpr (std::is_same<T, float>::value && std::is_same<P, float>::value &&
                       kFwdLoopLnStaged > 0)
           if (a.layernorm && a.gamma && a.beta && plan.variant == 8 + full1024 + kLoopLn &&
-              plan.grid < 0 && plan.smem == (size_t)2 * kFwdLoopLnStaged * 1024 * 16 &&
+              plan.grid < 0 && plan.smem == kFwdLoopLnStagedBytes &&
               loop_full_fits(plan, full1024 + kLoopLn, a.cols, VEC))
             return launch_loop_staged(
                 fwd_loop_ln_kernel<float, float, 4, full1024 + kLoopLn, kFwdLoopLnStaged>, plan, a,

@@ -308,6 +308,9 @@ constexpr int kFwdPackedCl = 2, kFwdPackedClLn = 0;
  * forms, the same idea in the packed and RMSNorm loop kernels, lost 5-12 points and were dropped.
  * 0: not taken. */
 constexpr int kFwdLoopLnStaged = 3;
+/* ... and its dynamic shared memory: kFwdLoopLnStaged 16-byte vectors of gamma and as many of
+ * beta for each of the form's 1024 threads (96 KiB at 3). */
+constexpr size_t kFwdLoopLnStagedBytes = (size_t)2 * kFwdLoopLnStaged * 1024 * 16;
 
 /* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds); for
  * 16-bit LayerNorm 8192 2^27, since the A/B run of session 29 had it (then over 2 warps) 2 points

@@ -638,13 +638,14 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
      * staged on an H200, not verified: ncu's "Shared Memory Configuration Size" says) and L1
      * keeps the row that x's second read comes from; rounded up, 44% of 228 KiB would ask past
      * 100 KiB for 132. */
-    const size_t staged = (size_t)2 * kFwdLoopLnStaged * 1024 * 16;
     if (kFwdLoopLnStaged > 0 && gamma_beta && p->norm == FNORM_LAYERNORM &&
         p->dtype == FNORM_DTYPE_F32 && p->param_dtype == FNORM_DTYPE_F32 && p->cols == 32768 &&
-        full_threads == 1024 && staged <= (size_t)dev.max_smem_optin && dev.smem_per_sm > 0) {
-      pl.smem = staged;
+        full_threads == 1024 && kFwdLoopLnStagedBytes <= (size_t)dev.max_smem_optin &&
+        dev.smem_per_sm > 0) {
+      pl.smem = kFwdLoopLnStagedBytes;
       pl.grid = -pl.grid;
-      pl.carveout = (int)min64(100, ((int64_t)staged + 3072) * 100 / dev.smem_per_sm);
+      pl.carveout =
+          (int)min64(100, ((int64_t)kFwdLoopLnStagedBytes + 3072) * 100 / dev.smem_per_sm);
     }
     return pl;
   }
