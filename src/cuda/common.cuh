@@ -708,28 +708,16 @@ __device__ __forceinline__ void cluster_send(float4 v, RingRed &sm, int slot, ui
   }
 }
 #endif
-/* Give every CTA of the cluster (size csize) this CTA's four values: afterwards
- * sm.cta[slot][r] holds CTA r's, for every r; returns the slot. Every CTA calls it in the same
- * round (`xround`, which it advances), after a __syncthreads since its previous call (which
- * the caller's cta_sum provides), and after the ring's mbarrier initialization.
- * cluster_post and cluster_wait are its two halves, for a kernel that does other work between
- * them: cluster_post(v, sm, xround, csize) sends round xround's values (and advances xround),
- * cluster_wait(sm, r) waits for round r's and returns its slot. The slots alternate, so a CTA
- * posts round r + 2 only after a __syncthreads that follows every thread's last read of round
- * r's slot (a peer posts round r + 2 only once this CTA has posted r + 1). */
-__device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xround, int csize) {
-  const int slot = xround & 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t bar = smem_addr(&sm.xbar[slot]);
-  cluster_send(v, sm, slot, bar, csize);
-  mbar_wait_at(bar, (uint32_t)(xround >> 1) & 1u);
-#else
-  (void)csize;
-  sm.cta[slot][0] = v;
-#endif
-  ++xround;
-  return slot;
-}
+/* The cluster's exchange of four values a CTA, in rounds. cluster_exchange(v, sm, xround, csize)
+ * gives every CTA of the cluster (size csize) this CTA's v: afterwards sm.cta[slot][r] holds CTA
+ * r's, for every r; it returns the slot. Every CTA calls it in the same round (`xround`, which it
+ * advances), after a __syncthreads since its previous call (which the caller's cta_sum
+ * provides), and after the ring's mbarrier initialization. cluster_post and cluster_wait are its
+ * two halves, for a kernel that does other work between them: cluster_post(v, sm, xround, csize)
+ * sends round xround's values (and advances xround), cluster_wait(sm, r) waits for round r's and
+ * returns its slot. The slots alternate, so a CTA posts round r + 2 only after a __syncthreads
+ * that follows every thread's last read of round r's slot (a peer posts round r + 2 only once
+ * this CTA has posted r + 1). */
 __device__ __forceinline__ void cluster_post(float4 v, RingRed &sm, int &xround, int csize) {
   const int slot = xround & 1;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -748,6 +736,11 @@ __device__ __forceinline__ int cluster_wait(RingRed &sm, int round) {
   (void)sm;
 #endif
   return slot;
+}
+__device__ __forceinline__ int cluster_exchange(float4 v, RingRed &sm, int &xround, int csize) {
+  const int round = xround;
+  cluster_post(v, sm, xround, csize);
+  return cluster_wait(sm, round);
 }
 
 /* Cluster geometry of the calling CTA: (1, 0) without a cluster or before sm_90. */
