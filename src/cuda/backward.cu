@@ -745,10 +745,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
                        : fmaf(g, dr.rs, fmaf(xv[e] - mu[j], x1, -dr.c0));
         }
         /* ONE_STORE: as a Pack copy the compiler split the first of a row's vectors into 32-,
-         * 32- and 64-bit stores in the clustered forms (ncu31: 10% of the kernel's time at rows
-         * of 16384, against the one-CTA form's whole stores at 8192). A/B run FP (H200, with
-         * write_partials' stores whole too): 16-bit LayerNorm 16384 +1.4 and +2.3 points, 32768
-         * +1.4 and +1.6 at 2^27 elements. */
+         * 32- and 64-bit stores in the clustered forms (ncu31), where the one-CTA form at 8192
+         * kept them whole. A/B run FP (H200, with write_partials' stores whole too): 16-bit
+         * LayerNorm 16384 +1.4 and +2.3 points, 32768 +1.4 and +1.6 at 2^27 elements. (The
+         * clustered rows' extra L2 reads, which ncu31 saw beside the split stores, remain:
+         * ncu33.) */
         store_vec<T, VEC, true>(dx + row * a.dx_stride + col0 + ((int64_t)k * THREADS + t) * VEC,
                                 out);
       }
