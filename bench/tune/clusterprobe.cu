@@ -16,12 +16,28 @@
  * 0 CTAs: no cluster of that kernel fits, as for U = 16, whose registers exceed an SM's at 512
  * threads).
  *
+ * Mode `rows` (lead 49, session 56): ncu33 found the backward's batch kernel asking L2 for every
+ * sector of x and dy twice at bf16 rows of 16384 (a cluster of 2 CTAs a row), once at rows of
+ * 8192 (a CTA a row), with the same cp.async instructions. This mode runs that kernel's memory
+ * skeleton alone: persistent 256-thread CTAs, one an SM, each thread copying its 4 vectors of dy
+ * and x of 2 rows a round into shared memory by cp.async (2 stages), one __syncthreads a round,
+ * then dx = x + dy (bf16) from what it copied, over 2^27 elements. Four cases: rows of 8192 a
+ * CTA, launched plain and as clusters of 2 (is it the cluster launch?), and rows of 16384 over
+ * a cluster's pair, without and with a cluster barrier a round (the row split, and the batch
+ * kernel's exchange as a barrier). Each is checked (sampled rows against the host) before it is
+ * timed; its rate (3 * M * N * 2 bytes) against cudaMemcpyAsync of half those bytes (counted read
+ * and written: the same bytes moved). Under ncu (-k regex:rows_copy, lts__t_sectors_op_read.sum and
+ * lts__t_sectors_srcunit_tex.sum) it says which case doubles the L2 reads.
+ *
  * Build: nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o clusterprobe clusterprobe.cu
- * Run:   ./clusterprobe > clusterprobe.csv;  ./clusterprobe copy > clusterprobe-copy.csv
+ * Run:   ./clusterprobe > clusterprobe.csv;  ./clusterprobe copy > clusterprobe-copy.csv;
+ *        ./clusterprobe rows > clusterprobe-rows.csv
  */
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -148,6 +164,167 @@ static int copy_mode(int smem_sm) {
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
 
+/* ---- mode rows: the batch kernel's memory skeleton ---- */
+constexpr int kRowThreads = 256, kRowVpt = 4, kRowsARound = 2;
+constexpr int kChunkVecs = kRowThreads * kRowVpt; /* a CTA's 16-byte vectors of a row */
+constexpr size_t kRowsSmem = (size_t)2 * kRowsARound * 2 * kChunkVecs * 16; /* 2 stages */
+
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+
+/* split: the CTAs that share a row (1, or 2: a cluster's pair, each a chunk of kChunkVecs);
+ * sync: a cluster barrier a round (split 2). Rows of split * kChunkVecs vectors. */
+__global__ void __launch_bounds__(kRowThreads, 1)
+    rows_copy(const uint4 *x, const uint4 *dy, uint4 *dx, long long rows, int split, int sync) {
+  extern __shared__ uint4 stage[]; /* [stage][row of the round][dy, x][kChunkVecs] */
+  unsigned crank = 0;
+  if (split > 1)
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(crank));
+  const long long row_vecs = (long long)split * kChunkVecs, v0 = (long long)crank * kChunkVecs;
+  const long long unit = blockIdx.x / split, nunits = gridDim.x / split;
+  const long long rounds = (rows + kRowsARound - 1) / kRowsARound;
+  const int t = threadIdx.x;
+  auto slot = [&](int s, int j, int arr, int k) {
+    return stage + ((s * kRowsARound + j) * 2 + arr) * kChunkVecs + k * kRowThreads + t;
+  };
+  auto issue = [&](int s, long long q) {
+#pragma unroll
+    for (int j = 0; j < kRowsARound; ++j) {
+      const long long row = q * kRowsARound + j;
+      if (q < rounds && row < rows)
+#pragma unroll
+        for (int k = 0; k < kRowVpt; ++k) {
+          const long long v = row * row_vecs + v0 + k * kRowThreads + t;
+          cp_async_16(slot(s, j, 0, k), dy + v);
+          cp_async_16(slot(s, j, 1, k), x + v);
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  issue(0, unit);
+  int cur = 0;
+  for (long long q = unit; q < rounds; q += nunits) { /* (uniform over a cluster) */
+    issue(cur ^ 1, q + nunits); /* that stage's last round: read by this thread, in order */
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    __syncthreads(); /* the batch kernel's one barrier a round */
+    if (sync && split > 1)
+      asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < kRowsARound; ++j) {
+      const long long row = q * kRowsARound + j;
+      if (row < rows)
+#pragma unroll
+        for (int k = 0; k < kRowVpt; ++k) {
+          const uint4 a = *slot(cur, j, 0, k), b = *slot(cur, j, 1, k);
+          uint4 o;
+          const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
+          const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
+          __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(&o);
+#pragma unroll
+          for (int w = 0; w < 4; ++w)
+            po[w] = __hadd2(pa[w], pb[w]);
+          dx[row * row_vecs + v0 + k * kRowThreads + t] = o;
+        }
+    }
+    cur ^= 1;
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+static float bf16_to_f32(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f32_to_bf16(float f) { /* round to nearest even (finite values) */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static int rows_mode(int sms) {
+  const long long elems = 1ll << 27, bytes = elems * 2;
+  std::vector<uint16_t> hx(elems), hdy(elems);
+  uint32_t r = 12345u;
+  for (long long i = 0; i < elems; ++i) { /* values in [-1, 1), never all zeros */
+    r = r * 1664525u + 1013904223u;
+    hx[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
+    r = r * 1664525u + 1013904223u;
+    hdy[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
+  }
+  uint4 *x = nullptr, *dy = nullptr, *dx = nullptr, *cx = nullptr;
+  cudaMalloc(&x, bytes);
+  cudaMalloc(&dy, bytes);
+  cudaMalloc(&dx, bytes);
+  cudaMalloc(&cx, 3 * bytes);
+  cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemcpy(dy, hdy.data(), bytes, cudaMemcpyHostToDevice);
+  /* the copy: 1.5 * bytes, so as many bytes read + written as the kernel's 3 * bytes */
+  const size_t half = (size_t)(3 * bytes / 2);
+  const float mc = median_launch_ms(
+      [&] { cudaMemcpyAsync(cx, (char *)cx + half, half, cudaMemcpyDeviceToDevice); });
+  printf("# cudaMemcpyAsync of %zu bytes: %.1f GB/s (read + written)\n", half,
+         2.0 * half / mc / 1e6);
+  printf("case,cols,rows,cluster_launch,split,cluster_barrier,ctas,us,gbps,pct_of_memcpy,check\n");
+  cudaFuncSetAttribute(rows_copy, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kRowsSmem);
+  struct Case {
+    const char *name;
+    int cl, split, sync;
+  };
+  const Case cases[] = {{"rows8192", 1, 1, 0},
+                        {"rows8192-cluster2", 2, 1, 0},
+                        {"rows16384-pair", 2, 2, 0},
+                        {"rows16384-pair-barrier", 2, 2, 1}};
+  int failed = 0;
+  for (const Case &c : cases) {
+    const long long cols = (long long)c.split * kChunkVecs * 8, rows = elems / cols;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[1];
+    cluster_config(cfg, attr, sms - sms % c.cl, kRowThreads, kRowsSmem, c.cl);
+    if (c.cl == 1)
+      cfg.numAttrs = 0;          /* a plain launch, not a cluster of one */
+    cudaMemset(dx, 0xff, bytes); /* poisoned: an element not written fails the check */
+    cudaError_t e = cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)x, (const uint4 *)dy, dx,
+                                       rows, c.split, c.sync);
+    if (e == cudaSuccess)
+      e = cudaDeviceSynchronize();
+    bool ok = e == cudaSuccess;
+    if (ok) { /* rows 0, 1, one in the middle and the last, whole */
+      const long long check_rows[] = {0, 1, rows / 2 + 1, rows - 1};
+      std::vector<uint16_t> out(cols);
+      for (long long row : check_rows) {
+        cudaMemcpy(out.data(), (const char *)dx + row * cols * 2, cols * 2, cudaMemcpyDeviceToHost);
+        for (long long i = 0; i < cols && ok; ++i) {
+          const long long g = row * cols + i;
+          ok = out[i] == f32_to_bf16(bf16_to_f32(hx[g]) + bf16_to_f32(hdy[g]));
+        }
+      }
+    }
+    if (!ok) {
+      printf("%s,%lld,%lld,%d,%d,%d,%d,,,,FAILED (%s)\n", c.name, cols, rows, c.cl, c.split, c.sync,
+             (int)cfg.gridDim.x, cudaGetErrorString(e));
+      cudaGetLastError();
+      ++failed;
+      continue;
+    }
+    const float ms = median_launch_ms([&] {
+      cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)x, (const uint4 *)dy, dx, rows, c.split,
+                         c.sync);
+    });
+    printf("%s,%lld,%lld,%d,%d,%d,%d,%.1f,%.1f,%.1f,OK\n", c.name, cols, rows, c.cl, c.split,
+           c.sync, (int)cfg.gridDim.x, 1000.0 * ms, 3.0 * bytes / ms / 1e6, 100.0 * mc / ms);
+    fflush(stdout);
+  }
+  cudaFree(x);
+  cudaFree(dy);
+  cudaFree(dx);
+  cudaFree(cx);
+  return failed || cudaGetLastError() != cudaSuccess ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   int dev = 0, sms = 0, smem_sm = 0;
   cudaGetDevice(&dev);
@@ -159,6 +336,8 @@ int main(int argc, char **argv) {
   printf("# %s, %d SMs, %d bytes of shared memory an SM\n", prop.name, sms, smem_sm);
   if (argc > 1 && strcmp(argv[1], "copy") == 0)
     return copy_mode(smem_sm);
+  if (argc > 1 && strcmp(argv[1], "rows") == 0)
+    return rows_mode(sms);
   printf("threads,ctas_per_sm,cluster,smem_bytes,blocks_per_sm,max_clusters,ctas,room,"
          "sms_used,sms_idle\n");
   const int threads_list[] = {128, 256, 512};
