@@ -223,8 +223,9 @@ __global__ void __launch_bounds__(kRowThreads, 1)
           const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
           __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(&o);
 #pragma unroll
-          for (int w = 0; w < 4; ++w)
-            po[w] = __hadd2(pa[w], pb[w]);
+          for (int w = 0; w < 4; ++w) /* the sum in fp32, rounded once, as the host's check */
+            po[w] = __float22bfloat162_rn(make_float2(__low2float(pa[w]) + __low2float(pb[w]),
+                                                      __high2float(pa[w]) + __high2float(pb[w])));
           dx[row * row_vecs + v0 + k * kRowThreads + t] = o;
         }
     }
