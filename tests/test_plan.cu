@@ -316,8 +316,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
       const bool staged = kFwdLoopLnStaged > 0 && p.cols == 32768 && pl.threads == 1024 &&
                           staged_bytes <= (size_t)dev.max_smem_optin;
       require(staged ? pl.smem == staged_bytes && pl.grid == -p.rows &&
-                           pl.carveout ==
-                               (int)(((int64_t)staged_bytes + 3072) * 100 / dev.smem_per_sm) &&
+                           pl.carveout == fwd_loop_ln_staged_carveout(dev.smem_per_sm) &&
                            pl.carveout > 0 && pl.carveout <= 100
                      : pl.smem == 0 && pl.carveout == 0 && pl.grid >= 1 && pl.grid <= p.rows,
               "forward LayerNorm loop kernel: fp32 32768 persistent with its parameters staged "

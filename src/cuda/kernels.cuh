@@ -311,6 +311,13 @@ constexpr int kFwdLoopLnStaged = 3;
 /* ... and its dynamic shared memory: kFwdLoopLnStaged 16-byte vectors of gamma and as many of
  * beta for each of the form's 1024 threads (96 KiB at 3). */
 constexpr size_t kFwdLoopLnStagedBytes = (size_t)2 * kFwdLoopLnStaged * 1024 * 16;
+/* ... and the carve-out plan_forward asks for it, in percent of an SM's smem_per_sm bytes (> 0):
+ * the CTA's request (those bytes, the kernel's 2 KiB of static shared memory and the 1 KiB the
+ * system keeps a CTA) rounded down, at most 100 (plan_forward says why down). */
+constexpr int fwd_loop_ln_staged_carveout(int smem_per_sm) {
+  const int64_t pct = ((int64_t)kFwdLoopLnStagedBytes + 3072) * 100 / smem_per_sm;
+  return (int)(pct < 100 ? pct : 100);
+}
 
 /* ... and the elements (rows * cols) from which it takes them: 2^25 (more than L2 holds); for
  * 16-bit LayerNorm 8192 2^27, since the A/B run of session 29 had it (then over 2 warps) 2 points

@@ -632,20 +632,18 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
     pl.smem = 0;
     /* fp32 LayerNorm 32768 with gamma and beta (kFwdLoopLnStaged): persistent, the first
      * kFwdLoopLnStaged vectors of each thread's gamma and beta in shared memory for the launch
-     * (16 KiB a vector and array), and a carve-out of about that: the request (the CTA's dynamic
-     * memory, the kernel's 2 KiB static and the 1 KiB the system keeps a CTA) rounded down, so
-     * that the driver takes the smallest carve-out it has that holds the CTA (100 KiB for 96 KiB
-     * staged on an H200, not verified: ncu's "Shared Memory Configuration Size" says) and L1
-     * keeps the row that x's second read comes from; rounded up, 44% of 228 KiB would ask past
-     * 100 KiB for 132. */
+     * (16 KiB a vector and array), and a carve-out of about that: the request rounded down
+     * (fwd_loop_ln_staged_carveout), so that the driver takes the smallest carve-out it has that
+     * holds the CTA (100 KiB for 96 KiB staged on an H200, not verified: ncu's "Shared Memory
+     * Configuration Size" says) and L1 keeps the row that x's second read comes from; rounded
+     * up, 44% of 228 KiB would ask past 100 KiB for 132. */
     if (kFwdLoopLnStaged > 0 && gamma_beta && p->norm == FNORM_LAYERNORM &&
         p->dtype == FNORM_DTYPE_F32 && p->param_dtype == FNORM_DTYPE_F32 && p->cols == 32768 &&
         full_threads == 1024 && kFwdLoopLnStagedBytes <= (size_t)dev.max_smem_optin &&
         dev.smem_per_sm > 0) {
       pl.smem = kFwdLoopLnStagedBytes;
       pl.grid = -pl.grid;
-      pl.carveout =
-          (int)min64(100, ((int64_t)kFwdLoopLnStagedBytes + 3072) * 100 / dev.smem_per_sm);
+      pl.carveout = fwd_loop_ln_staged_carveout(dev.smem_per_sm);
     }
     return pl;
   }
