@@ -16,18 +16,22 @@
  * 0 CTAs: no cluster of that kernel fits, as for U = 16, whose registers exceed an SM's at 512
  * threads).
  *
- * Mode `rows` (lead 49, session 56): ncu33 found the backward's batch kernel asking L2 for every
- * sector of x and dy twice at bf16 rows of 16384 (a cluster of 2 CTAs a row), once at rows of
- * 8192 (a CTA a row), with the same cp.async instructions. This mode runs that kernel's memory
+ * Mode `rows` (lead 49, sessions 56-57): ncu33 found the backward's batch kernel asking L2 for
+ * every sector of x and dy twice at bf16 rows of 16384 (a cluster of 2 CTAs a row), once at rows
+ * of 8192 (a CTA a row), with the same cp.async instructions. This mode runs that kernel's memory
  * skeleton alone: persistent 256-thread CTAs, one an SM, each thread copying its 4 vectors of dy
  * and x of 2 rows a round into shared memory by cp.async (2 stages), one __syncthreads a round,
- * then dx = x + dy (bf16) from what it copied, over 2^27 elements. Four cases: rows of 8192 a
- * CTA, launched plain and as clusters of 2 (is it the cluster launch?), and rows of 16384 over
- * a cluster's pair, without and with a cluster barrier a round (the row split, and the batch
- * kernel's exchange as a barrier). Each is checked (sampled rows against the host) before it is
- * timed; its rate (3 * M * N * 2 bytes) against cudaMemcpyAsync of half those bytes (counted read
- * and written: the same bytes moved). Under ncu (-k regex:rows_copy, lts__t_sectors_op_read.sum and
- * lts__t_sectors_srcunit_tex.sum) it says which case doubles the L2 reads.
+ * then dx = x + dy (bf16) from what it copied, over 2^27 elements. Cases: rows of 8192 a CTA,
+ * launched plain and as clusters of 2; rows of 16384 over a cluster's pair, with what the batch
+ * kernel adds as mode bits (a cluster barrier a round; its exchange by st.async and mbarrier; its
+ * mean and rstd loads); and the stages `shift` bytes past a 128-byte line. Each is checked
+ * (sampled rows against the host) before it is timed; its rate (3 * M * N * 2 bytes) against
+ * cudaMemcpyAsync of half those bytes (counted read and written: the same bytes moved), and where
+ * its stages start in the CTA's shared memory. Session 57 (bench/tune/ncu34.txt, H200): the
+ * stages' place in a line decides it. On a line or 64 bytes in, every case reads x and dy from
+ * L2 once and runs at 95-98% of the copy; 16 bytes in, 89-91%; 80 bytes in (before `shift`,
+ * when the probe's 80 bytes of static arrays put them there), every case read twice at 81-83%.
+ * Run it under ncu with -k regex:rows_copy and lts__t_sectors_srcunit_tex_op_read.sum.
  *
  * Build: nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o clusterprobe clusterprobe.cu
  * Run:   ./clusterprobe > clusterprobe.csv;  ./clusterprobe copy > clusterprobe-copy.csv;
@@ -167,21 +171,50 @@ static int copy_mode(int smem_sm) {
 /* ---- mode rows: the batch kernel's memory skeleton ---- */
 constexpr int kRowThreads = 256, kRowVpt = 4, kRowsARound = 2;
 constexpr int kChunkVecs = kRowThreads * kRowVpt; /* a CTA's 16-byte vectors of a row */
-constexpr size_t kRowsSmem = (size_t)2 * kRowsARound * 2 * kChunkVecs * 16; /* 2 stages */
+constexpr size_t kRowsSmem = (size_t)2 * kRowsARound * 2 * kChunkVecs * 16 + 128; /* 2 stages,
+                                                                                and a shift */
 
 __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 
+/* Mode bits of rows_copy (split 2 only but kStats): */
+enum RowsMode {
+  kBarrier = 1,  /* a cluster barrier a round */
+  kExchange = 2, /* the batch kernel's exchange a round: st.async of a float4 into each peer's
+                    slot with complete_tx on its mbarrier, a wait on this CTA's, the slots read */
+  kStats = 4     /* the batch kernel's row_stats: every thread loads two floats a row (ones) */
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
 /* split: the CTAs that share a row (1, or 2: a cluster's pair, each a chunk of kChunkVecs);
- * sync: a cluster barrier a round (split 2). Rows of split * kChunkVecs vectors. */
+ * mode: RowsMode bits. Rows of split * kChunkVecs vectors. */
 __global__ void __launch_bounds__(kRowThreads, 1)
-    rows_copy(const uint4 *x, const uint4 *dy, uint4 *dx, long long rows, int split, int sync) {
-  extern __shared__ uint4 stage[]; /* [stage][row of the round][dy, x][kChunkVecs] */
+    rows_copy(const uint4 *x, const uint4 *dy, uint4 *dx, const float *ones, long long rows,
+              int split, int mode, int shift, unsigned *base) {
+  /* [stage][row of the round][dy, x][kChunkVecs], `shift` bytes past a 128-byte boundary */
+  extern __shared__ __align__(128) uint4 stage_raw[];
+  uint4 *const stage = stage_raw + shift / 16;
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    *base = smem_u32(stage);     /* where the stages start in the CTA's shared memory */
+  __shared__ float4 xslot[2][2]; /* [slot][rank]: the exchange's values */
+  __shared__ unsigned long long xbar[2];
   unsigned crank = 0;
+  const bool xchg = split > 1 && (mode & kExchange);
   if (split > 1)
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(crank));
+  if (xchg) {
+    if (threadIdx.x == 0) {
+      for (int b = 0; b < 2; ++b)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&xbar[b])));
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+  }
   const long long row_vecs = (long long)split * kChunkVecs, v0 = (long long)crank * kChunkVecs;
   const long long unit = blockIdx.x / split, nunits = gridDim.x / split;
   const long long rounds = (rows + kRowsARound - 1) / kRowsARound;
@@ -189,31 +222,75 @@ __global__ void __launch_bounds__(kRowThreads, 1)
   auto slot = [&](int s, int j, int arr, int k) {
     return stage + ((s * kRowsARound + j) * 2 + arr) * kChunkVecs + k * kRowThreads + t;
   };
+  float scale[2][kRowsARound]; /* (kStats) the rows' loaded factors, by stage */
   auto issue = [&](int s, long long q) {
 #pragma unroll
     for (int j = 0; j < kRowsARound; ++j) {
       const long long row = q * kRowsARound + j;
-      if (q < rounds && row < rows)
+      float f = 1.f;
+      if (q < rounds && row < rows) {
 #pragma unroll
         for (int k = 0; k < kRowVpt; ++k) {
           const long long v = row * row_vecs + v0 + k * kRowThreads + t;
           cp_async_16(slot(s, j, 0, k), dy + v);
           cp_async_16(slot(s, j, 1, k), x + v);
         }
+        if (mode & kStats)
+          f = ones[row] * ones[rows + row]; /* two loads a row, as mean and rstd */
+      }
+      if (s == 0)
+        scale[0][j] = f;
+      else
+        scale[1][j] = f;
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   };
   issue(0, unit);
-  int cur = 0;
+  int cur = 0, xround = 0;
   for (long long q = unit; q < rounds; q += nunits) { /* (uniform over a cluster) */
     issue(cur ^ 1, q + nunits); /* that stage's last round: read by this thread, in order */
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     __syncthreads(); /* the batch kernel's one barrier a round */
-    if (sync && split > 1)
+    if ((mode & kBarrier) && split > 1)
       asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+    float add = 0.f;
+    if (xchg) { /* slots alternate; a peer posts round r + 2 only after this CTA posted r + 1,
+                   which follows its barrier after every read of round r's slot */
+      const int xs = xround & 1;
+      const uint32_t bar = smem_u32(&xbar[xs]);
+      if (threadIdx.x == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                     "r"(2 * 16)
+                     : "memory");
+      if (threadIdx.x < 2) {
+        uint32_t ra, rb;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(ra)
+                     : "r"(smem_u32(&xslot[xs][crank])), "r"(threadIdx.x));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                     : "=r"(rb)
+                     : "r"(bar), "r"(threadIdx.x));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, "
+                     "%3, %4}, [%5];" ::"r"(ra),
+                     "f"(0.f), "f"(0.f), "f"(0.f), "f"(0.f), "r"(rb)
+                     : "memory");
+      }
+      uint32_t done = 0;
+      const uint32_t parity = (uint32_t)(xround >> 1) & 1u;
+      do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+      } while (!done);
+      add = xslot[xs][0].x + xslot[xs][1].x; /* 0: the sum leaves dx as it was */
+      ++xround;
+    }
 #pragma unroll
     for (int j = 0; j < kRowsARound; ++j) {
       const long long row = q * kRowsARound + j;
+      const float f = cur == 0 ? scale[0][j] : scale[1][j];
       if (row < rows)
 #pragma unroll
         for (int k = 0; k < kRowVpt; ++k) {
@@ -224,14 +301,17 @@ __global__ void __launch_bounds__(kRowThreads, 1)
           __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(&o);
 #pragma unroll
           for (int w = 0; w < 4; ++w) /* the sum in fp32, rounded once, as the host's check */
-            po[w] = __float22bfloat162_rn(make_float2(__low2float(pa[w]) + __low2float(pb[w]),
-                                                      __high2float(pa[w]) + __high2float(pb[w])));
+            po[w] = __float22bfloat162_rn(
+                make_float2((__low2float(pa[w]) + __low2float(pb[w])) * f + add,
+                            (__high2float(pa[w]) + __high2float(pb[w])) * f + add));
           dx[row * row_vecs + v0 + k * kRowThreads + t] = o;
         }
     }
     cur ^= 1;
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  if (xchg) /* no CTA leaves while a peer may still write its slots */
+    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
 static float bf16_to_f32(uint16_t h) {
@@ -269,16 +349,29 @@ static int rows_mode(int sms) {
       [&] { cudaMemcpyAsync(cx, (char *)cx + half, half, cudaMemcpyDeviceToDevice); });
   printf("# cudaMemcpyAsync of %zu bytes: %.1f GB/s (read + written)\n", half,
          2.0 * half / mc / 1e6);
-  printf("case,cols,rows,cluster_launch,split,cluster_barrier,ctas,us,gbps,pct_of_memcpy,check\n");
+  printf("case,cols,rows,cluster_launch,split,mode,shift,stage_offset,ctas,us,gbps,pct_of_memcpy,"
+         "check\n");
+  unsigned *base = nullptr, hbase = 0;
+  cudaMalloc(&base, sizeof(unsigned));
+  float *ones = nullptr; /* kStats' factors: 2 * rows (the most rows a case has) of 1.0f */
+  {
+    const std::vector<float> h(2 * (elems / (kChunkVecs * 8)), 1.f);
+    cudaMalloc(&ones, h.size() * sizeof(float));
+    cudaMemcpy(ones, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
+  }
   cudaFuncSetAttribute(rows_copy, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kRowsSmem);
   struct Case {
     const char *name;
-    int cl, split, sync;
+    int cl, split, mode, shift;
   };
-  const Case cases[] = {{"rows8192", 1, 1, 0},
-                        {"rows8192-cluster2", 2, 1, 0},
-                        {"rows16384-pair", 2, 2, 0},
-                        {"rows16384-pair-barrier", 2, 2, 1}};
+  const Case cases[] = {{"rows8192", 1, 1, 0, 0},
+                        {"rows8192-cluster2", 2, 1, 0, 0},
+                        {"rows16384-pair", 2, 2, 0, 0},
+                        {"rows16384-pair-barrier", 2, 2, kBarrier, 0},
+                        {"rows16384-pair-exchange-stats", 2, 2, kExchange | kStats, 0},
+                        {"rows8192-shift16", 1, 1, 0, 16},
+                        {"rows8192-shift64", 1, 1, 0, 64},
+                        {"rows16384-pair-exchange-stats-shift16", 2, 2, kExchange | kStats, 16}};
   int failed = 0;
   for (const Case &c : cases) {
     const long long cols = (long long)c.split * kChunkVecs * 8, rows = elems / cols;
@@ -289,10 +382,12 @@ static int rows_mode(int sms) {
       cfg.numAttrs = 0;          /* a plain launch, not a cluster of one */
     cudaMemset(dx, 0xff, bytes); /* poisoned: an element not written fails the check */
     cudaError_t e = cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)x, (const uint4 *)dy, dx,
-                                       rows, c.split, c.sync);
+                                       (const float *)ones, rows, c.split, c.mode, c.shift, base);
     if (e == cudaSuccess)
       e = cudaDeviceSynchronize();
     bool ok = e == cudaSuccess;
+    if (ok)
+      cudaMemcpy(&hbase, base, sizeof(unsigned), cudaMemcpyDeviceToHost);
     if (ok) { /* rows 0, 1, one in the middle and the last, whole */
       const long long check_rows[] = {0, 1, rows / 2 + 1, rows - 1};
       std::vector<uint16_t> out(cols);
@@ -305,24 +400,27 @@ static int rows_mode(int sms) {
       }
     }
     if (!ok) {
-      printf("%s,%lld,%lld,%d,%d,%d,%d,,,,FAILED (%s)\n", c.name, cols, rows, c.cl, c.split, c.sync,
-             (int)cfg.gridDim.x, cudaGetErrorString(e));
+      printf("%s,%lld,%lld,%d,%d,%d,%d,,%d,,,,FAILED (%s)\n", c.name, cols, rows, c.cl, c.split,
+             c.mode, c.shift, (int)cfg.gridDim.x, cudaGetErrorString(e));
       cudaGetLastError();
       ++failed;
       continue;
     }
     const float ms = median_launch_ms([&] {
-      cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)x, (const uint4 *)dy, dx, rows, c.split,
-                         c.sync);
+      cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)x, (const uint4 *)dy, dx,
+                         (const float *)ones, rows, c.split, c.mode, c.shift, base);
     });
-    printf("%s,%lld,%lld,%d,%d,%d,%d,%.1f,%.1f,%.1f,OK\n", c.name, cols, rows, c.cl, c.split,
-           c.sync, (int)cfg.gridDim.x, 1000.0 * ms, 3.0 * bytes / ms / 1e6, 100.0 * mc / ms);
+    printf("%s,%lld,%lld,%d,%d,%d,%d,%u,%d,%.1f,%.1f,%.1f,OK\n", c.name, cols, rows, c.cl, c.split,
+           c.mode, c.shift, hbase, (int)cfg.gridDim.x, 1000.0 * ms, 3.0 * bytes / ms / 1e6,
+           100.0 * mc / ms);
     fflush(stdout);
   }
   cudaFree(x);
   cudaFree(dy);
   cudaFree(dx);
   cudaFree(cx);
+  cudaFree(ones);
+  cudaFree(base);
   return failed || cudaGetLastError() != cudaSuccess ? 1 : 0;
 }
 
