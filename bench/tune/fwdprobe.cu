@@ -16,7 +16,9 @@
  * values, merged over the warp (butterfly, symmetric, so every lane holds the same bits), over
  * the CTA (one slot a warp, one __syncthreads, merged in warp order) and over the cluster (one
  * float4 a CTA to every CTA by st.async with an mbarrier, merged in rank order: every CTA holds
- * the same bits). Then y from the stage, 16-byte stores; rank 0 writes mean and rstd.
+ * the same bits). Then y from the stage, 16-byte stores; rank 0 writes mean and rstd. The
+ * deferred form (D) takes each round's y pass a round late, so that the cluster's exchange
+ * overlaps the next round's first pass (as the backward batch kernel's rows of 65536).
  *
  * Checked against a double-precision host reference (y, mean and rstd of four rows, whole)
  * before it is timed; timed with CUDA events, median of 20 launches, against cudaMemcpyAsync of
@@ -24,8 +26,8 @@
  *
  * Build: nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o fwdprobe fwdprobe.cu
  * Run:   ./fwdprobe > fwdprobe.csv
- *        (columns: n,rows,threads,vpt,rows_a_round,stages,cluster,ctas_an_sm,regs,us,gbps,
- *        pct_of_copy,check)
+ *        (columns: n,rows,threads,vpt,rows_a_round,stages,deferred,cluster,ctas_an_sm,regs,us,
+ *        gbps,pct_of_copy,check)
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -73,12 +75,13 @@ template <int VPT> __device__ __forceinline__ void unpack(const uint4 (&v)[VPT],
   }
 }
 
-template <int T, int VPT, int R, int S>
+template <int T, int VPT, int R, int S, bool D>
 __global__ void __launch_bounds__(T)
     fwd_batch(const uint4 *x, const uint4 *gamma, const uint4 *beta, uint4 *y, float *mean_out,
               float *rstd_out, long long rows, float eps) {
   static_assert(R <= 2, "one float4 a CTA a round: (mean, m2) of up to two rows");
   static_assert((T / 32 & (T / 32 - 1)) == 0, "a power of two of warps");
+  static_assert(!D || S >= 3, "the deferred y pass holds a round's stage one round longer");
   constexpr int W = T / 32, NV = T * VPT, EPT = 8 * VPT;
   extern __shared__ __align__(128) uint4 stage[]; /* [S][R][NV] */
   __shared__ float2 warp_stats[2][W][R];
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(T)
   }
   cluster_sync_all();
   const long long row_vecs = (long long)csize * NV, v0 = (long long)crank * NV;
-  const long long unit = blockIdx.x / csize, nunits = gridDim.x / csize;
+  const long long unit = blockIdx.x / csize, step = gridDim.x / csize;
   const long long rounds = (rows + R - 1) / R;
   uint4 g[VPT], b[VPT];
 #pragma unroll
@@ -115,120 +118,119 @@ __global__ void __launch_bounds__(T)
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   };
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s)
-    issue(s, unit + s * nunits);
   const float inv_n = 1.f / (float)(row_vecs * 8);
-  int cur = 0, xround = 0;
-  for (long long q = unit; q < rounds; q += nunits) { /* (uniform over a cluster) */
-    issue((cur + S - 1) % S, q + (S - 1) * nunits);
-    cp_async_wait<S - 1>();
-    /* The thread's, then the warp's statistics of each row. */
-    float m[R], sq[R];
+  int xround = 0; /* rounds this CTA has posted */
+  /* The thread's, then the warp's statistics of each row of stage c (round q), into warp_stats
+   * of the round's parity. */
+  auto first_pass = [&](int c, long long q) {
+    const int par = xround & 1;
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       uint4 v[VPT];
       float xv[EPT];
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
-        v[k] = q * R + j < rows ? *slot(cur, j, k) : make_uint4(0, 0, 0, 0);
+        v[k] = q * R + j < rows ? *slot(c, j, k) : make_uint4(0, 0, 0, 0);
       unpack<VPT>(v, xv);
       float s0 = 0.f, s1 = 0.f;
 #pragma unroll
       for (int e = 0; e < EPT; e += 2)
         s0 += xv[e], s1 += xv[e + 1];
-      const float mt = (s0 + s1) * (1.f / EPT);
-      float q0 = 0.f, q1 = 0.f;
+      float m = (s0 + s1) * (1.f / EPT), q0 = 0.f, q1 = 0.f;
 #pragma unroll
       for (int e = 0; e < EPT; e += 2) {
-        const float d0 = xv[e] - mt, d1 = xv[e + 1] - mt;
+        const float d0 = xv[e] - m, d1 = xv[e + 1] - m;
         q0 = fmaf(d0, d0, q0);
         q1 = fmaf(d1, d1, q1);
       }
-      m[j] = mt;
-      sq[j] = q0 + q1;
-      float n = EPT;
+      float sq = q0 + q1, n = EPT;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1, n *= 2.f)
-        merge_equal(m[j], sq[j], __shfl_xor_sync(0xffffffffu, m[j], off),
-                    __shfl_xor_sync(0xffffffffu, sq[j], off), n);
+        merge_equal(m, sq, __shfl_xor_sync(0xffffffffu, m, off),
+                    __shfl_xor_sync(0xffffffffu, sq, off), n);
+      if ((t & 31) == 0)
+        warp_stats[par][t >> 5][j] = make_float2(m, sq);
     }
-    const int parity = xround & 1;
-    if ((t & 31) == 0)
-#pragma unroll
-      for (int j = 0; j < R; ++j)
-        warp_stats[parity][t >> 5][j] = make_float2(m[j], sq[j]);
-    __syncthreads();
-    /* The CTA's, merged in warp order (a tree: pairs, then pairs of pairs). */
+  };
+  /* After the barrier: the CTA's statistics, merged in warp order (pairs, pairs of pairs). */
+  auto cta_merge = [&](float(&m)[R], float(&sq)[R]) {
+    const int par = xround & 1;
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       float mw[W], qw[W];
 #pragma unroll
       for (int w = 0; w < W; ++w)
-        mw[w] = warp_stats[parity][w][j].x, qw[w] = warp_stats[parity][w][j].y;
+        mw[w] = warp_stats[par][w][j].x, qw[w] = warp_stats[par][w][j].y;
       float n = 32.f * EPT;
 #pragma unroll
-      for (int step = 1; step < W; step <<= 1, n *= 2.f)
+      for (int st = 1; st < W; st <<= 1, n *= 2.f)
 #pragma unroll
-        for (int w = 0; w < W; w += 2 * step)
-          merge_equal(mw[w], qw[w], mw[w + step], qw[w + step], n);
+        for (int w = 0; w < W; w += 2 * st)
+          merge_equal(mw[w], qw[w], mw[w + st], qw[w + st], n);
       m[j] = mw[0];
       sq[j] = qw[0];
     }
-    /* The cluster's: every CTA sends its float4 into slot [parity][crank] of every CTA. A CTA
-     * sends round r + 2 into a slot only after its wait for round r + 1, which needs every
-     * CTA's post of r + 1, made after that CTA's barrier of r + 1, after its reads of r. */
-    const uint32_t bar = smem_u32(&bars[parity]);
-    if (csize > 1) {
-      if (t == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                     "r"(csize * 16)
-                     : "memory");
-      if (t < (int)csize) {
-        uint32_t ra, rb;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                     : "=r"(ra)
-                     : "r"(smem_u32(&slots[parity][crank])), "r"(t));
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(bar), "r"(t));
-        const float4 mine =
-            make_float4(m[0], sq[0], R > 1 ? m[R - 1] : 0.f, R > 1 ? sq[R - 1] : 0.f);
-        asm volatile(
-            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
-            "[%5];" ::"r"(ra),
-            "f"(mine.x), "f"(mine.y), "f"(mine.z), "f"(mine.w), "r"(rb)
-            : "memory");
-      }
-      uint32_t done = 0;
-      const uint32_t ph = (uint32_t)(xround >> 1) & 1u;
-      do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(ph)
-                     : "memory");
-      } while (!done);
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-        float mc[kMaxCluster], qc[kMaxCluster];
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r) {
-          const float4 p = slots[parity][r < (int)csize ? r : 0];
-          mc[r] = j == 0 ? p.x : p.z;
-          qc[r] = j == 0 ? p.y : p.w;
-        }
-        float n = (float)NV * 8.f;
-#pragma unroll
-        for (int step = 1; step < kMaxCluster; step <<= 1, n *= 2.f)
-#pragma unroll
-          for (int r = 0; r < kMaxCluster; r += 2 * step)
-            if (r + step < (int)csize)
-              merge_equal(mc[r], qc[r], mc[r + step], qc[r + step], n);
-        m[j] = mc[0];
-        sq[j] = qc[0];
-      }
+  };
+  /* The CTA's float4 into slot [xround & 1][crank] of every CTA of the cluster (itself too). A
+   * CTA posts round r + 2 into a slot only after its wait for round r + 1, which needs every
+   * CTA's post of r + 1, made after that CTA's barrier of r + 1, after its reads of round r's
+   * slot (the deferred form reads round r's before its barrier of r + 1, too). */
+  auto post = [&](const float(&m)[R], const float(&sq)[R]) {
+    const int par = xround & 1;
+    const uint32_t bar = smem_u32(&bars[par]);
+    if (t == 0)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                   "r"(csize * 16)
+                   : "memory");
+    if (t < (int)csize) {
+      uint32_t ra, rb;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                   : "=r"(ra)
+                   : "r"(smem_u32(&slots[par][crank])), "r"(t));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(bar), "r"(t));
+      const float4 mine = make_float4(m[0], sq[0], R > 1 ? m[R - 1] : 0.f, R > 1 ? sq[R - 1] : 0.f);
+      asm volatile(
+          "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+          "[%5];" ::"r"(ra),
+          "f"(mine.x), "f"(mine.y), "f"(mine.z), "f"(mine.w), "r"(rb)
+          : "memory");
     }
     ++xround;
-    /* y from the stage. */
+  };
+  /* Round r's exchange: the wait, then the cluster's statistics merged in rank order. */
+  auto wait_merge = [&](int r, float(&m)[R], float(&sq)[R]) {
+    const int par = r & 1;
+    const uint32_t bar = smem_u32(&bars[par]), ph = (uint32_t)(r >> 1) & 1u;
+    uint32_t done = 0;
+    do {
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done)
+                   : "r"(bar), "r"(ph)
+                   : "memory");
+    } while (!done);
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      float mc[kMaxCluster], qc[kMaxCluster];
+#pragma unroll
+      for (int c = 0; c < kMaxCluster; ++c) {
+        const float4 p = slots[par][c < (int)csize ? c : 0];
+        mc[c] = j == 0 ? p.x : p.z;
+        qc[c] = j == 0 ? p.y : p.w;
+      }
+      float n = (float)NV * 8.f;
+#pragma unroll
+      for (int st = 1; st < kMaxCluster; st <<= 1, n *= 2.f)
+#pragma unroll
+        for (int c = 0; c < kMaxCluster; c += 2 * st)
+          if (c + st < (int)csize)
+            merge_equal(mc[c], qc[c], mc[c + st], qc[c + st], n);
+      m[j] = mc[0];
+      sq[j] = qc[0];
+    }
+  };
+  /* y of stage c (round q) from the row statistics. */
+  auto y_pass = [&](int c, long long q, const float(&m)[R], const float(&sq)[R]) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const long long row = q * R + j;
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(T)
         mean_out[row] = mu, rstd_out[row] = rs;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        const uint4 v = *slot(cur, j, k);
+        const uint4 v = *slot(c, j, k);
         const __nv_bfloat162 *hx = reinterpret_cast<const __nv_bfloat162 *>(&v);
         const __nv_bfloat162 *hg = reinterpret_cast<const __nv_bfloat162 *>(&g[k]);
         const __nv_bfloat162 *hb = reinterpret_cast<const __nv_bfloat162 *>(&b[k]);
@@ -257,7 +259,49 @@ __global__ void __launch_bounds__(T)
         y[row * row_vecs + v0 + k * T + t] = o;
       }
     }
-    cur = (cur + 1) % S;
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    issue(s, unit + s * step);
+  int cur = 0;
+  if constexpr (!D) {
+    for (long long q = unit; q < rounds; q += step) { /* (uniform over a cluster) */
+      issue((cur + S - 1) % S, q + (S - 1) * step);   /* the stage this thread read last round */
+      cp_async_wait<S - 1>();
+      first_pass(cur, q);
+      __syncthreads();
+      float m[R], sq[R];
+      cta_merge(m, sq);
+      post(m, sq);
+      wait_merge(xround - 1, m, sq);
+      y_pass(cur, q, m, sq);
+      cur = (cur + 1) % S;
+    }
+  } else {
+    /* Round q: its first pass; the wait for round q - 1's exchange and its merge (before the
+     * barrier); the barrier; round q's post; round q - 1's y pass; its stage refilled S - 1
+     * rounds ahead of q. */
+    long long q = unit;
+    float held_m[R], held_q[R];
+    for (; q < rounds; q += step) {
+      cp_async_wait<S - 2>(); /* this round's group has landed */
+      first_pass(cur, q);
+      if (q != unit)
+        wait_merge(xround - 1, held_m, held_q);
+      __syncthreads();
+      float m[R], sq[R];
+      cta_merge(m, sq);
+      post(m, sq);
+      const int prev = (cur + S - 1) % S;
+      if (q != unit)
+        y_pass(prev, q - step, held_m, held_q);
+      issue(prev, q + (S - 1) * step);
+      cur = (cur + 1) % S;
+    }
+    if (q != unit) { /* the last round's y pass */
+      wait_merge(xround - 1, held_m, held_q);
+      y_pass((cur + S - 1) % S, q - step, held_m, held_q);
+    }
   }
   cp_async_wait<0>();
   cluster_sync_all(); /* no CTA leaves while a peer may still write its slots */
@@ -304,14 +348,14 @@ struct Buffers {
 };
 
 /* One case: rows of n over clusters of n / (T * VPT * 8) CTAs; prints a CSV line. */
-template <int T, int VPT, int R, int S>
+template <int T, int VPT, int R, int S, bool D>
 static int run_case(Buffers &B, long long n, float copy_ms, int sms) {
   constexpr int NV = T * VPT;
   const int cl = (int)(n / (NV * 8));
   const long long rows = B.elems / n;
   if (cl < 1 || cl > kMaxCluster || (cl & (cl - 1)) || n % (NV * 8))
     return 0;
-  auto kern = fwd_batch<T, VPT, R, S>;
+  auto kern = fwd_batch<T, VPT, R, S, D>;
   const size_t smem = (size_t)S * R * NV * 16;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -330,7 +374,8 @@ static int run_case(Buffers &B, long long n, float copy_ms, int sms) {
   int nclusters = 0;
   if (cudaOccupancyMaxActiveClusters(&nclusters, kern, &cfg) != cudaSuccess || nclusters < 1) {
     cudaGetLastError();
-    printf("%lld,%lld,%d,%d,%d,%d,%d,0,%d,,,,NO FIT\n", n, rows, T, VPT, R, S, cl, fa.numRegs);
+    printf("%lld,%lld,%d,%d,%d,%d,%d,%d,0,%d,,,,NO FIT\n", n, rows, T, VPT, R, S, (int)D, cl,
+           fa.numRegs);
     return 0;
   }
   const long long units = std::min<long long>(nclusters, (rows + R - 1) / R);
@@ -374,8 +419,8 @@ static int run_case(Buffers &B, long long n, float copy_ms, int sms) {
     }
   }
   if (!ok) {
-    printf("%lld,%lld,%d,%d,%d,%d,%d,%lld,%d,,,,FAILED (%s)\n", n, rows, T, VPT, R, S, cl,
-           units * cl / sms, fa.numRegs, cudaGetErrorString(e));
+    printf("%lld,%lld,%d,%d,%d,%d,%d,%d,%lld,%d,,,,FAILED (%s)\n", n, rows, T, VPT, R, S, (int)D,
+           cl, units * cl / sms, fa.numRegs, cudaGetErrorString(e));
     cudaGetLastError();
     return 1;
   }
@@ -429,16 +474,18 @@ int main() {
       median_launch_ms([&] { cudaMemcpyAsync(cx, B.x, B.elems * 2, cudaMemcpyDeviceToDevice); });
   printf("# %s, %d SMs; cudaMemcpyAsync of %lld bytes: %.1f GB/s (read + written)\n", prop.name,
          sms, B.elems * 2, 2.0 * B.elems * 2 / copy_ms / 1e6);
-  printf("n,rows,threads,vpt,rows_a_round,stages,cluster,ctas_an_sm,regs,us,gbps,pct_of_copy,"
-         "check\n");
+  printf("n,rows,threads,vpt,rows_a_round,stages,deferred,cluster,ctas_an_sm,regs,us,gbps,"
+         "pct_of_copy,check\n");
   int failed = 0;
   for (long long n : {32768ll, 65536ll, 262144ll}) {
-    failed += run_case<512, 4, 2, 2>(B, n, copy_ms, sms);
-    failed += run_case<512, 4, 1, 3>(B, n, copy_ms, sms);
-    failed += run_case<512, 2, 2, 3>(B, n, copy_ms, sms);
-    failed += run_case<256, 4, 2, 2>(B, n, copy_ms, sms);
-    failed += run_case<256, 4, 1, 3>(B, n, copy_ms, sms);
-    failed += run_case<1024, 2, 1, 3>(B, n, copy_ms, sms);
+    failed += run_case<512, 4, 2, 2, false>(B, n, copy_ms, sms);
+    failed += run_case<512, 4, 1, 3, false>(B, n, copy_ms, sms);
+    failed += run_case<512, 4, 1, 3, true>(B, n, copy_ms, sms);
+    failed += run_case<512, 2, 2, 3, true>(B, n, copy_ms, sms);
+    failed += run_case<256, 4, 2, 2, false>(B, n, copy_ms, sms);
+    failed += run_case<256, 4, 2, 3, true>(B, n, copy_ms, sms);
+    failed += run_case<1024, 2, 1, 3, false>(B, n, copy_ms, sms);
+    failed += run_case<1024, 2, 1, 3, true>(B, n, copy_ms, sms);
   }
   cudaFree(B.x);
   cudaFree(B.y);
