@@ -33,9 +33,18 @@
  * when the probe's 80 bytes of static arrays put them there), every case read twice at 81-83%.
  * Run it under ncu with -k regex:rows_copy and lts__t_sectors_srcunit_tex_op_read.sum.
  *
+ * Mode `ring` (session 57, for lead 50): the backward ring kernel's copies alone. Run FZ had the
+ * ring's short chunks (16-bit RMSNorm 2048 and 4096, fp32 5120) 4-5 points slower with their
+ * stages on a 128-byte line than 96 bytes into one, where its long chunks gained. Persistent CTAs
+ * (as many as fit), each a row of `chunk` vectors at a time: thread 0 copies the row's dy and x
+ * into one of two stages by bulk copies on the stage's mbarrier, every thread writes dx = x + dy
+ * of its vectors from the stage, a CTA barrier frees it. The ring's chunk and thread counts at
+ * 2048, 4096, 5120 (fp32) and 16384, the stages 0, 32, 64 and 96 bytes into a line; each case
+ * checked before it is timed.
+ *
  * Build: nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o clusterprobe clusterprobe.cu
  * Run:   ./clusterprobe > clusterprobe.csv;  ./clusterprobe copy > clusterprobe-copy.csv;
- *        ./clusterprobe rows > clusterprobe-rows.csv
+ *        ./clusterprobe rows > clusterprobe-rows.csv;  ./clusterprobe ring > clusterprobe-ring.csv
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -424,6 +433,152 @@ static int rows_mode(int sms) {
   return failed || cudaGetLastError() != cudaSuccess ? 1 : 0;
 }
 
+/* ---- mode ring: the ring kernel's copies (bulk copies into two stages), by the stages' place
+ * in a 128-byte line ---- */
+__device__ __forceinline__ void mbar_wait_parity(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+               "[%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+/* Rows of `chunk` 16-byte vectors, a CTA each at a time (persistent): thread 0 copies a row's dy
+ * and x into a stage by two bulk copies on the stage's mbarrier, two stages, the next row's in
+ * flight; every thread waits for the stage, writes dx = x + dy of its vectors, and the CTA's
+ * barrier frees the stage for the row two ahead. The stages start `shift` bytes past a line. */
+__global__ void ring_copy(const uint4 *x, const uint4 *dy, uint4 *dx, long long rows, int chunk,
+                          int shift) {
+  extern __shared__ __align__(128) uint4 ring_raw[];
+  __shared__ unsigned long long full[2];
+  uint4 *const ring = ring_raw + shift / 16; /* stage s: dy at 2s * chunk, x at (2s + 1) * chunk */
+  const int t = threadIdx.x, nt = blockDim.x;
+  if (t == 0) {
+    for (int s = 0; s < 2; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const uint32_t bytes = (uint32_t)chunk * 16;
+  auto issue = [&](int s, long long row) {
+    const uint32_t bar = smem_u32(&full[s]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(2 * bytes)
+                 : "memory");
+    bulk_copy(smem_u32(ring + 2 * s * chunk), dy + row * chunk, bytes, bar);
+    bulk_copy(smem_u32(ring + (2 * s + 1) * chunk), x + row * chunk, bytes, bar);
+  };
+  if (t == 0)
+    for (int s = 0; s < 2; ++s)
+      if (blockIdx.x + (long long)s * gridDim.x < rows)
+        issue(s, blockIdx.x + (long long)s * gridDim.x);
+  int k = 0;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x, ++k) {
+    const int s = k & 1;
+    mbar_wait_parity(smem_u32(&full[s]), (uint32_t)(k >> 1) & 1u);
+    for (int i = t; i < chunk; i += nt) {
+      const uint4 a = ring[2 * s * chunk + i], b = ring[(2 * s + 1) * chunk + i];
+      uint4 o;
+      const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
+      const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
+      __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(&o);
+#pragma unroll
+      for (int w = 0; w < 4; ++w)
+        po[w] = __float22bfloat162_rn(make_float2(__low2float(pa[w]) + __low2float(pb[w]),
+                                                  __high2float(pa[w]) + __high2float(pb[w])));
+      dx[row * chunk + i] = o;
+    }
+    __syncthreads(); /* every thread has read stage s */
+    const long long next = row + 2 * (long long)gridDim.x;
+    if (t == 0 && next < rows)
+      issue(s, next);
+  }
+}
+
+static int ring_mode(int sms) {
+  const long long elems = 1ll << 27, bytes = elems * 2;
+  std::vector<uint16_t> hx(elems), hdy(elems);
+  uint32_t r = 777u;
+  for (long long i = 0; i < elems; ++i) {
+    r = r * 1664525u + 1013904223u;
+    hx[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
+    r = r * 1664525u + 1013904223u;
+    hdy[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
+  }
+  uint4 *x = nullptr, *dy = nullptr, *dx = nullptr, *cx = nullptr;
+  cudaMalloc(&x, bytes);
+  cudaMalloc(&dy, bytes);
+  cudaMalloc(&dx, bytes);
+  cudaMalloc(&cx, 3 * bytes);
+  cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemcpy(dy, hdy.data(), bytes, cudaMemcpyHostToDevice);
+  const size_t half = (size_t)(3 * bytes / 2);
+  const float mc = median_launch_ms(
+      [&] { cudaMemcpyAsync(cx, (char *)cx + half, half, cudaMemcpyDeviceToDevice); });
+  printf("# cudaMemcpyAsync of %zu bytes: %.1f GB/s (read + written)\n", half,
+         2.0 * half / mc / 1e6);
+  printf("chunk_vecs,threads,shift,ctas_an_sm,us,gbps,pct_of_memcpy,check\n");
+  cudaFuncSetAttribute(ring_copy, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+  cudaFuncSetAttribute(ring_copy, cudaFuncAttributePreferredSharedMemoryCarveout,
+                       cudaSharedmemCarveoutMaxShared);
+  /* the ring's shapes: 16-bit RMSNorm 2048 (256 vectors, 128 threads) and 4096 (512, 256), fp32
+   * 5120 (640, 320), 16-bit 16384 (1024, 512) */
+  const int shapes[][2] = {{256, 128}, {512, 256}, {640, 320}, {1024, 512}};
+  int failed = 0;
+  for (const auto &sh : shapes) {
+    const int chunk = sh[0], threads = sh[1];
+    const long long rows = elems / (chunk * 8);
+    for (int shift : {0, 32, 64, 96}) {
+      const size_t smem = (size_t)4 * chunk * 16 + 128;
+      int per_sm = 0;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ring_copy, threads, smem);
+      const int grid = per_sm * sms;
+      cudaMemset(dx, 0xff, bytes);
+      ring_copy<<<grid, threads, smem>>>(x, dy, dx, rows, chunk, shift);
+      cudaError_t e = cudaDeviceSynchronize();
+      bool ok = e == cudaSuccess && grid > 0;
+      if (ok) {
+        const long long check_rows[] = {0, 1, rows / 2 + 1, rows - 1};
+        std::vector<uint16_t> out(chunk * 8);
+        for (long long row : check_rows) {
+          cudaMemcpy(out.data(), (const char *)dx + row * chunk * 16, chunk * 16,
+                     cudaMemcpyDeviceToHost);
+          for (long long i = 0; i < chunk * 8 && ok; ++i) {
+            const long long g = row * chunk * 8 + i;
+            ok = out[i] == f32_to_bf16(bf16_to_f32(hx[g]) + bf16_to_f32(hdy[g]));
+          }
+        }
+      }
+      if (!ok) {
+        printf("%d,%d,%d,%d,,,,FAILED (%s)\n", chunk, threads, shift, per_sm,
+               cudaGetErrorString(e));
+        cudaGetLastError();
+        ++failed;
+        continue;
+      }
+      const float ms = median_launch_ms(
+          [&] { ring_copy<<<grid, threads, smem>>>(x, dy, dx, rows, chunk, shift); });
+      printf("%d,%d,%d,%d,%.1f,%.1f,%.1f,OK\n", chunk, threads, shift, per_sm, 1000.0 * ms,
+             3.0 * bytes / ms / 1e6, 100.0 * mc / ms);
+      fflush(stdout);
+    }
+  }
+  cudaFree(x);
+  cudaFree(dy);
+  cudaFree(dx);
+  cudaFree(cx);
+  return failed || cudaGetLastError() != cudaSuccess ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   int dev = 0, sms = 0, smem_sm = 0;
   cudaGetDevice(&dev);
@@ -437,6 +592,8 @@ int main(int argc, char **argv) {
     return copy_mode(smem_sm);
   if (argc > 1 && strcmp(argv[1], "rows") == 0)
     return rows_mode(sms);
+  if (argc > 1 && strcmp(argv[1], "ring") == 0)
+    return ring_mode(sms);
   printf("threads,ctas_per_sm,cluster,smem_bytes,blocks_per_sm,max_clusters,ctas,room,"
          "sms_used,sms_idle\n");
   const int threads_list[] = {128, 256, 512};
