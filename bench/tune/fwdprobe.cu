@@ -6,19 +6,20 @@
  * persistent and staging its rows by cp.async, reaches 95.6% at rows of 32768 once its stages
  * start on a 128-byte line (run FZ). A stand-alone tuning probe (lead 52), not part of the library.
  *
- * The kernel: bf16 LayerNorm forward (y, and mean and rstd), rows of exactly CL * T * VPT 16-byte
- * vectors over a cluster of CL CTAs of T threads, persistent (as many clusters as fit at once).
+ * The kernel: bf16 or fp32 LayerNorm forward (y, and mean and rstd; fp32 rows run 84-93% at
+ * 32768-262144 in run FV), rows of exactly CL * T * VPT 16-byte vectors over a cluster of CL
+ * CTAs of T threads, persistent (as many clusters as fit at once).
  * A round is R rows: each thread owns the same VPT vectors of the row in every round and holds
  * gamma and beta for them in registers for the whole launch (read once). Each thread copies its
  * own vectors of the round S - 1 ahead into shared memory (stages from a 128-byte line) with
  * cp.async and reads back only what it copied (no barrier for the data). Statistics by Chan's
- * merge of equal counts: each thread's mean and sum of squared deviations over its 8 * VPT
- * values, merged over the warp (butterfly, symmetric, so every lane holds the same bits), over
- * the CTA (one slot a warp, one __syncthreads, merged in warp order) and over the cluster (one
- * float4 a CTA to every CTA by st.async with an mbarrier, merged in rank order: every CTA holds
- * the same bits). Then y from the stage, 16-byte stores; rank 0 writes mean and rstd. The
- * deferred form (D) takes each round's y pass a round late, so that the cluster's exchange
- * overlaps the next round's first pass (as the backward batch kernel's rows of 65536).
+ * merge of equal counts: each thread's mean and sum of squared deviations over its values, merged
+ * over the warp (butterfly, symmetric, so every lane holds the same bits), over the CTA (one slot a
+ * warp, one __syncthreads, merged in warp order) and over the cluster (one float4 a CTA to every
+ * CTA by st.async with an mbarrier, merged in rank order: every CTA holds the same bits). Then y
+ * from the stage, 16-byte stores; rank 0 writes mean and rstd. The deferred form (D) takes each
+ * round's y pass a round late, so that the cluster's exchange overlaps the next round's first pass
+ * (as the backward batch kernel's rows of 65536).
  *
  * Checked against a double-precision host reference (y, mean and rstd of four rows, whole)
  * before it is timed; timed with CUDA events, median of 20 launches, against cudaMemcpyAsync of
@@ -26,8 +27,8 @@
  *
  * Build: nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o fwdprobe fwdprobe.cu
  * Run:   ./fwdprobe > fwdprobe.csv
- *        (columns: n,rows,threads,vpt,rows_a_round,stages,deferred,cluster,ctas_an_sm,regs,us,
- *        gbps,pct_of_copy,check)
+ *        (columns: dtype,n,rows,threads,vpt,rows_a_round,stages,deferred,cluster,ctas_an_sm,
+ *        regs,us,gbps,pct_of_copy,check; the copy is of the dtype's bytes)
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -63,26 +64,43 @@ __device__ __forceinline__ void merge_equal(float &m, float &q, float mo, float 
   q = (q + qo) + (0.5f * n) * d * d;
 }
 
-template <int VPT> __device__ __forceinline__ void unpack(const uint4 (&v)[VPT], float *x) {
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v[k]);
+/* A 16-byte vector's elements as floats (8 bf16 or 4 fp32), and back. */
+template <typename E> __device__ __forceinline__ void unpack16(const uint4 &v, float *x) {
+  if constexpr (sizeof(E) == 2) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      x[8 * k + 2 * w] = __low2float(h[w]);
-      x[8 * k + 2 * w + 1] = __high2float(h[w]);
+      x[2 * w] = __low2float(h[w]);
+      x[2 * w + 1] = __high2float(h[w]);
     }
+  } else {
+    x[0] = __uint_as_float(v.x), x[1] = __uint_as_float(v.y);
+    x[2] = __uint_as_float(v.z), x[3] = __uint_as_float(v.w);
   }
 }
+template <typename E> __device__ __forceinline__ uint4 pack16(const float *x) {
+  uint4 o;
+  if constexpr (sizeof(E) == 2) {
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&o);
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      h[w] = __float22bfloat162_rn(make_float2(x[2 * w], x[2 * w + 1]));
+  } else {
+    o = make_uint4(__float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]),
+                   __float_as_uint(x[3]));
+  }
+  return o;
+}
 
-template <int T, int VPT, int R, int S, bool D>
+template <typename E, int T, int VPT, int R, int S, bool D>
 __global__ void __launch_bounds__(T)
     fwd_batch(const uint4 *x, const uint4 *gamma, const uint4 *beta, uint4 *y, float *mean_out,
               float *rstd_out, long long rows, float eps) {
   static_assert(R <= 2, "one float4 a CTA a round: (mean, m2) of up to two rows");
   static_assert((T / 32 & (T / 32 - 1)) == 0, "a power of two of warps");
   static_assert(!D || S >= 3, "the deferred y pass holds a round's stage one round longer");
-  constexpr int W = T / 32, NV = T * VPT, EPT = 8 * VPT;
+  constexpr int EPV = 16 / (int)sizeof(E); /* elements a 16-byte vector */
+  constexpr int W = T / 32, NV = T * VPT, EPT = EPV * VPT;
   extern __shared__ __align__(128) uint4 stage[]; /* [S][R][NV] */
   __shared__ float2 warp_stats[2][W][R];
   __shared__ float4 slots[2][kMaxCluster];
@@ -118,7 +136,7 @@ __global__ void __launch_bounds__(T)
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   };
-  const float inv_n = 1.f / (float)(row_vecs * 8);
+  const float inv_n = 1.f / (float)(row_vecs * EPV);
   int xround = 0; /* rounds this CTA has posted */
   /* The thread's, then the warp's statistics of each row of stage c (round q), into warp_stats
    * of the round's parity. */
@@ -131,7 +149,9 @@ __global__ void __launch_bounds__(T)
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
         v[k] = q * R + j < rows ? *slot(c, j, k) : make_uint4(0, 0, 0, 0);
-      unpack<VPT>(v, xv);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        unpack16<E>(v[k], xv + EPV * k);
       float s0 = 0.f, s1 = 0.f;
 #pragma unroll
       for (int e = 0; e < EPT; e += 2)
@@ -218,7 +238,7 @@ __global__ void __launch_bounds__(T)
         mc[c] = j == 0 ? p.x : p.z;
         qc[c] = j == 0 ? p.y : p.w;
       }
-      float n = (float)NV * 8.f;
+      float n = (float)NV * EPV;
 #pragma unroll
       for (int st = 1; st < kMaxCluster; st <<= 1, n *= 2.f)
 #pragma unroll
@@ -243,19 +263,14 @@ __global__ void __launch_bounds__(T)
         mean_out[row] = mu, rstd_out[row] = rs;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        const uint4 v = *slot(c, j, k);
-        const __nv_bfloat162 *hx = reinterpret_cast<const __nv_bfloat162 *>(&v);
-        const __nv_bfloat162 *hg = reinterpret_cast<const __nv_bfloat162 *>(&g[k]);
-        const __nv_bfloat162 *hb = reinterpret_cast<const __nv_bfloat162 *>(&b[k]);
-        uint4 o;
-        __nv_bfloat162 *ho = reinterpret_cast<__nv_bfloat162 *>(&o);
+        float xv[EPV], gv[EPV], bv[EPV], out[EPV];
+        unpack16<E>(*slot(c, j, k), xv);
+        unpack16<E>(g[k], gv);
+        unpack16<E>(b[k], bv);
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float a0 = (__low2float(hx[w]) - mu) * rs, a1 = (__high2float(hx[w]) - mu) * rs;
-          ho[w] = __float22bfloat162_rn(
-              make_float2(fmaf(a0, __low2float(hg[w]), __low2float(hb[w])),
-                          fmaf(a1, __high2float(hg[w]), __high2float(hb[w]))));
-        }
+        for (int e = 0; e < EPV; ++e)
+          out[e] = fmaf((xv[e] - mu) * rs, gv[e], bv[e]);
+        const uint4 o = pack16<E>(out);
         y[row * row_vecs + v0 + k * T + t] = o;
       }
     }
@@ -340,22 +355,31 @@ template <typename F> static float median_launch_ms(F launch) {
   return ts[ts.size() / 2];
 }
 
+/* The problem's values (bf16-representable, so both dtypes hold them exactly) and its device
+ * buffers in either dtype. */
 struct Buffers {
-  uint4 *x, *g, *b, *y;
-  float *mean, *rstd;
-  std::vector<uint16_t> hx, hg, hb;
+  std::vector<float> hx, hg, hb;
   long long elems;
+  uint4 *x[2], *g[2], *b[2], *y[2]; /* [bf16, fp32] */
+  float *mean, *rstd;
 };
+template <typename E> static float host_elem(const void *p, long long i) {
+  if constexpr (sizeof(E) == 2)
+    return bf16_to_f32(static_cast<const uint16_t *>(p)[i]);
+  else
+    return static_cast<const float *>(p)[i];
+}
 
 /* One case: rows of n over clusters of n / (T * VPT * 8) CTAs; prints a CSV line. */
-template <int T, int VPT, int R, int S, bool D>
+template <typename E, int T, int VPT, int R, int S, bool D>
 static int run_case(Buffers &B, long long n, float copy_ms, int sms) {
-  constexpr int NV = T * VPT;
-  const int cl = (int)(n / (NV * 8));
+  constexpr int NV = T * VPT, EPV = 16 / (int)sizeof(E), di = sizeof(E) == 2 ? 0 : 1;
+  const char *dname = sizeof(E) == 2 ? "bf16" : "fp32";
+  const int cl = (int)(n / (NV * EPV));
   const long long rows = B.elems / n;
-  if (cl < 1 || cl > kMaxCluster || (cl & (cl - 1)) || n % (NV * 8))
+  if (cl < 1 || cl > kMaxCluster || (cl & (cl - 1)) || n % (NV * EPV))
     return 0;
-  auto kern = fwd_batch<T, VPT, R, S, D>;
+  auto kern = fwd_batch<E, T, VPT, R, S, D>;
   const size_t smem = (size_t)S * R * NV * 16;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -374,64 +398,67 @@ static int run_case(Buffers &B, long long n, float copy_ms, int sms) {
   int nclusters = 0;
   if (cudaOccupancyMaxActiveClusters(&nclusters, kern, &cfg) != cudaSuccess || nclusters < 1) {
     cudaGetLastError();
-    printf("%lld,%lld,%d,%d,%d,%d,%d,%d,0,%d,,,,NO FIT\n", n, rows, T, VPT, R, S, (int)D, cl,
-           fa.numRegs);
+    printf("%s,%lld,%lld,%d,%d,%d,%d,%d,%d,0,%d,,,,NO FIT\n", dname, n, rows, T, VPT, R, S, (int)D,
+           cl, fa.numRegs);
     return 0;
   }
   const long long units = std::min<long long>(nclusters, (rows + R - 1) / R);
   cfg.gridDim = dim3((unsigned)(units * cl), 1, 1);
   const float eps = 1e-5f;
-  cudaMemset(B.y, 0xff, B.elems * 2); /* poisoned: an element not written fails the check */
+  const size_t esz = sizeof(E);
+  cudaMemset(B.y[di], 0xff, B.elems * esz); /* poisoned: an element not written fails the check */
   cudaMemset(B.mean, 0xff, rows * 4);
   cudaMemset(B.rstd, 0xff, rows * 4);
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, (const uint4 *)B.x, (const uint4 *)B.g,
-                                     (const uint4 *)B.b, B.y, B.mean, B.rstd, rows, eps);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, (const uint4 *)B.x[di], (const uint4 *)B.g[di],
+                                     (const uint4 *)B.b[di], B.y[di], B.mean, B.rstd, rows, eps);
   if (e == cudaSuccess)
     e = cudaDeviceSynchronize();
   bool ok = e == cudaSuccess;
   double worst = 0.0;
   if (ok) {
     const long long check_rows[] = {0, 1, rows / 2 + 1, rows - 1};
-    std::vector<uint16_t> out(n);
+    std::vector<unsigned char> out(n * esz);
     for (long long row : check_rows) {
       float mu = 0.f, rs = 0.f;
-      cudaMemcpy(out.data(), (const char *)B.y + row * n * 2, n * 2, cudaMemcpyDeviceToHost);
+      cudaMemcpy(out.data(), (const char *)B.y[di] + row * n * esz, n * esz,
+                 cudaMemcpyDeviceToHost);
       cudaMemcpy(&mu, B.mean + row, 4, cudaMemcpyDeviceToHost);
       cudaMemcpy(&rs, B.rstd + row, 4, cudaMemcpyDeviceToHost);
-      double s = 0.0, ss = 0.0;
+      const float *xr = B.hx.data() + row * n;
+      double sum = 0.0, ss = 0.0;
       for (long long i = 0; i < n; ++i)
-        s += bf16_to_f32(B.hx[row * n + i]);
-      const double rm = s / n;
-      for (long long i = 0; i < n; ++i) {
-        const double d = bf16_to_f32(B.hx[row * n + i]) - rm;
-        ss += d * d;
-      }
+        sum += xr[i];
+      const double rm = sum / n;
+      for (long long i = 0; i < n; ++i)
+        ss += (xr[i] - rm) * (xr[i] - rm);
       const double rr = 1.0 / std::sqrt(ss / n + eps);
       ok = ok && std::fabs(mu - rm) <= 1e-5 * (1.0 + std::fabs(rm)) &&
            std::fabs(rs - rr) <= 1e-5 * rr;
+      /* bf16: a rounding of the output (2^-9) and the fp32 math; fp32: the math alone */
+      const double rel = sizeof(E) == 2 ? 1.0 / 128 : 1e-5,
+                   abs_tol = sizeof(E) == 2 ? 1.0 / 256 : 1e-5;
       for (long long i = 0; i < n && ok; ++i) {
-        const double ref = (bf16_to_f32(B.hx[row * n + i]) - rm) * rr * bf16_to_f32(B.hg[i]) +
-                           bf16_to_f32(B.hb[i]);
-        const double err = std::fabs(bf16_to_f32(out[i]) - ref);
+        const double ref = (xr[i] - rm) * rr * B.hg[i] + B.hb[i];
+        const double err = std::fabs(host_elem<E>(out.data(), i) - ref);
         worst = std::max(worst, err);
-        ok = err <= std::fabs(ref) / 128.0 + 1.0 / 256.0;
+        ok = err <= std::fabs(ref) * rel + abs_tol;
       }
     }
   }
   if (!ok) {
-    printf("%lld,%lld,%d,%d,%d,%d,%d,%d,%lld,%d,,,,FAILED (%s)\n", n, rows, T, VPT, R, S, (int)D,
-           cl, units * cl / sms, fa.numRegs, cudaGetErrorString(e));
+    printf("%s,%lld,%lld,%d,%d,%d,%d,%d,%d,%lld,%d,,,,FAILED (%s)\n", dname, n, rows, T, VPT, R, S,
+           (int)D, cl, units * cl / sms, fa.numRegs, cudaGetErrorString(e));
     cudaGetLastError();
     return 1;
   }
   const float ms = median_launch_ms([&] {
-    cudaLaunchKernelEx(&cfg, kern, (const uint4 *)B.x, (const uint4 *)B.g, (const uint4 *)B.b, B.y,
-                       B.mean, B.rstd, rows, eps);
+    cudaLaunchKernelEx(&cfg, kern, (const uint4 *)B.x[di], (const uint4 *)B.g[di],
+                       (const uint4 *)B.b[di], B.y[di], B.mean, B.rstd, rows, eps);
   });
-  const double bytes = 2.0 * B.elems * 2;
-  printf("%lld,%lld,%d,%d,%d,%d,%d,%.2f,%d,%.1f,%.1f,%.1f,OK (max err %.2e)\n", n, rows, T, VPT, R,
-         S, cl, (double)(units * cl) / sms, fa.numRegs, 1000.0 * ms, bytes / ms / 1e6,
-         100.0 * copy_ms / ms, worst);
+  const double bytes = 2.0 * B.elems * esz;
+  printf("%s,%lld,%lld,%d,%d,%d,%d,%d,%d,%.2f,%d,%.1f,%.1f,%.1f,OK (max err %.2e)\n", dname, n,
+         rows, T, VPT, R, S, (int)D, cl, (double)(units * cl) / sms, fa.numRegs, 1000.0 * ms,
+         bytes / ms / 1e6, 100.0 * copy_ms / ms, worst);
   fflush(stdout);
   return 0;
 }
@@ -449,48 +476,73 @@ int main() {
   B.hg.resize(max_n);
   B.hb.resize(max_n);
   uint32_t r = 12345u;
-  auto next = [&] { /* in [-1, 1) */
+  auto next = [&] { /* in [-1, 1), bf16-representable */
                     r = r * 1664525u + 1013904223u;
-                    return (float)(r >> 8) / 8388608.f - 1.f;
+                    return bf16_to_f32(f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f));
   };
   for (long long i = 0; i < B.elems; ++i) /* rows about 0.5 off zero, spread 1 */
-    B.hx[i] = f32_to_bf16(0.5f + next());
+    B.hx[i] = bf16_to_f32(f32_to_bf16(0.5f + next()));
   for (long long i = 0; i < max_n; ++i) {
-    B.hg[i] = f32_to_bf16(1.f + 0.5f * next());
-    B.hb[i] = f32_to_bf16(0.5f * next());
+    B.hg[i] = bf16_to_f32(f32_to_bf16(1.f + 0.5f * next()));
+    B.hb[i] = bf16_to_f32(f32_to_bf16(0.5f * next()));
   }
-  cudaMalloc(&B.x, B.elems * 2);
-  cudaMalloc(&B.y, B.elems * 2);
-  cudaMalloc(&B.g, max_n * 2);
-  cudaMalloc(&B.b, max_n * 2);
+  auto upload = [&](const std::vector<float> &h, int di) {
+    void *d = nullptr;
+    const size_t esz = di == 0 ? 2 : 4;
+    cudaMalloc(&d, h.size() * esz);
+    if (di == 0) {
+      std::vector<uint16_t> hb16(h.size());
+      for (size_t i = 0; i < h.size(); ++i)
+        hb16[i] = f32_to_bf16(h[i]);
+      cudaMemcpy(d, hb16.data(), h.size() * 2, cudaMemcpyHostToDevice);
+    } else {
+      cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    }
+    return static_cast<uint4 *>(d);
+  };
+  for (int di = 0; di < 2; ++di) {
+    B.x[di] = upload(B.hx, di);
+    B.g[di] = upload(B.hg, di);
+    B.b[di] = upload(B.hb, di);
+    cudaMalloc(&B.y[di], B.elems * (di == 0 ? 2 : 4));
+  }
   cudaMalloc(&B.mean, B.elems / 4096 * 4);
   cudaMalloc(&B.rstd, B.elems / 4096 * 4);
-  cudaMemcpy(B.x, B.hx.data(), B.elems * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(B.g, B.hg.data(), max_n * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(B.b, B.hb.data(), max_n * 2, cudaMemcpyHostToDevice);
   uint4 *cx = nullptr;
-  cudaMalloc(&cx, B.elems * 2);
-  const float copy_ms =
-      median_launch_ms([&] { cudaMemcpyAsync(cx, B.x, B.elems * 2, cudaMemcpyDeviceToDevice); });
-  printf("# %s, %d SMs; cudaMemcpyAsync of %lld bytes: %.1f GB/s (read + written)\n", prop.name,
-         sms, B.elems * 2, 2.0 * B.elems * 2 / copy_ms / 1e6);
-  printf("n,rows,threads,vpt,rows_a_round,stages,deferred,cluster,ctas_an_sm,regs,us,gbps,"
+  cudaMalloc(&cx, B.elems * 4);
+  float copy_ms[2];
+  for (int di = 0; di < 2; ++di) {
+    const size_t bytes = B.elems * (di == 0 ? 2 : 4);
+    copy_ms[di] =
+        median_launch_ms([&] { cudaMemcpyAsync(cx, B.x[di], bytes, cudaMemcpyDeviceToDevice); });
+    printf("# %s, %d SMs; cudaMemcpyAsync of %zu bytes: %.1f GB/s (read + written)\n", prop.name,
+           sms, bytes, 2.0 * bytes / copy_ms[di] / 1e6);
+  }
+  printf("dtype,n,rows,threads,vpt,rows_a_round,stages,deferred,cluster,ctas_an_sm,regs,us,gbps,"
          "pct_of_copy,check\n");
   int failed = 0;
   for (long long n : {32768ll, 65536ll, 262144ll}) {
-    failed += run_case<512, 4, 2, 2, false>(B, n, copy_ms, sms);
-    failed += run_case<512, 4, 1, 3, false>(B, n, copy_ms, sms);
-    failed += run_case<512, 4, 1, 3, true>(B, n, copy_ms, sms);
-    failed += run_case<512, 2, 2, 3, true>(B, n, copy_ms, sms);
-    failed += run_case<256, 4, 2, 2, false>(B, n, copy_ms, sms);
-    failed += run_case<256, 4, 2, 3, true>(B, n, copy_ms, sms);
-    failed += run_case<1024, 2, 1, 3, false>(B, n, copy_ms, sms);
-    failed += run_case<1024, 2, 1, 3, true>(B, n, copy_ms, sms);
+    failed += run_case<__nv_bfloat16, 512, 4, 2, 2, false>(B, n, copy_ms[0], sms);
+    failed += run_case<__nv_bfloat16, 512, 4, 1, 3, false>(B, n, copy_ms[0], sms);
+    failed += run_case<__nv_bfloat16, 512, 4, 1, 3, true>(B, n, copy_ms[0], sms);
+    failed += run_case<__nv_bfloat16, 512, 2, 2, 3, true>(B, n, copy_ms[0], sms);
+    failed += run_case<__nv_bfloat16, 256, 4, 2, 2, false>(B, n, copy_ms[0], sms);
+    failed += run_case<__nv_bfloat16, 256, 4, 2, 3, true>(B, n, copy_ms[0], sms);
+    failed += run_case<__nv_bfloat16, 1024, 2, 1, 3, false>(B, n, copy_ms[0], sms);
+    failed += run_case<__nv_bfloat16, 1024, 2, 1, 3, true>(B, n, copy_ms[0], sms);
   }
-  cudaFree(B.x);
-  cudaFree(B.y);
-  cudaFree(B.g);
-  cudaFree(B.b);
+  for (long long n : {32768ll, 65536ll, 262144ll}) {
+    failed += run_case<float, 512, 8, 1, 3, false>(B, n, copy_ms[1], sms);
+    failed += run_case<float, 512, 8, 1, 3, true>(B, n, copy_ms[1], sms);
+    failed += run_case<float, 512, 4, 2, 3, true>(B, n, copy_ms[1], sms);
+    failed += run_case<float, 1024, 4, 1, 3, true>(B, n, copy_ms[1], sms);
+  }
+  for (int di = 0; di < 2; ++di) {
+    cudaFree(B.x[di]);
+    cudaFree(B.g[di]);
+    cudaFree(B.b[di]);
+    cudaFree(B.y[di]);
+  }
   cudaFree(B.mean);
   cudaFree(B.rstd);
   cudaFree(cx);
