@@ -643,16 +643,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
   };
   /* The cluster's sums of a round from its exchange slot xs, in rank order. */
   auto cluster_sums = [&](int xs, float(&sums)[K * R]) {
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    const RingRed &cr = cluster_red_slots();
-#pragma unroll
-    for (int r = 0; r < CL; ++r) {
-      const float4 p = cr.cta[xs][r];
-      v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
-    }
-#pragma unroll
-    for (int i = 0; i < K * R; ++i)
-      sums[i] = v[i];
+    if constexpr (CL > 1) /* (K * R <= 4 then: one float4 a CTA) */
+      rank_sums<K * R>(cluster_red_slots().cta[xs], CL, sums);
   };
   /* The first pass over stage c (round q): the accumulators, and the CTA's sums of each row
    * (every thread gets them) after one __syncthreads. With `wait_prev` (clusters), before that

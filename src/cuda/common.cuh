@@ -1074,13 +1074,31 @@ __device__ __forceinline__ RowStats ln_cluster_stats(const ChunkStats &cs, RingR
   return ln_rank_combine(cs, red.cta[slot], csize, inv_n, eps);
 }
 
-/* The sum of slots[r].x over the ranks r < csize, in rank order: cluster_sum's adding half
- * (the forward's packed rows form calls it after its own exchange). */
+/* The first K components of slots[r] summed over the ranks r < csize, in rank order, so that
+ * every CTA reading the same slots gets the same bits: cluster_sum's and cluster_sum2's adding
+ * halves, and the backward batch kernel's. */
+template <int K>
+__device__ __forceinline__ void rank_sums(const float4 *slots, int csize, float (&out)[K]) {
+  static_assert(K >= 1 && K <= 4, "a float4's components");
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    out[i] = 0.f;
+  for (int r = 0; r < csize; ++r) {
+    out[0] += slots[r].x;
+    if constexpr (K > 1)
+      out[1] += slots[r].y;
+    if constexpr (K > 2)
+      out[2] += slots[r].z;
+    if constexpr (K > 3)
+      out[3] += slots[r].w;
+  }
+}
+/* The sum of slots[r].x over the ranks r < csize, in rank order (the forward's packed rows
+ * form calls it after its own exchange). */
 __device__ __forceinline__ float rank_sum(const float4 *slots, int csize) {
-  float s = 0.f;
-  for (int r = 0; r < csize; ++r)
-    s += slots[r].x;
-  return s;
+  float s[1];
+  rank_sums<1>(slots, csize, s);
+  return s[0];
 }
 /* RMSNorm: the sum of squares over the cluster, in rank order (csize may be 1). */
 __device__ __forceinline__ float cluster_sum(float v, RingRed &red, int &xround, int csize) {
@@ -1112,11 +1130,7 @@ __device__ __forceinline__ void cluster_sum2(float (&v)[2], RingRed &red, int &x
           s += __shfl_xor_sync(0xffffffffu, s, off);
       halves_to_both(s, v);
     } else {
-      v[0] = v[1] = 0.f;
-      for (int r = 0; r < csize; ++r) {
-        v[0] += red.cta[slot][r].x;
-        v[1] += red.cta[slot][r].y;
-      }
+      rank_sums<2>(red.cta[slot], csize, v);
     }
   }
 }
