@@ -335,29 +335,60 @@ static uint16_t f32_to_bf16(float f) { /* round to nearest even (finite values) 
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static int rows_mode(int sms) {
-  const long long elems = 1ll << 27, bytes = elems * 2;
-  std::vector<uint16_t> hx(elems), hdy(elems);
-  uint32_t r = 12345u;
-  for (long long i = 0; i < elems; ++i) { /* values in [-1, 1), never all zeros */
-    r = r * 1664525u + 1013904223u;
-    hx[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
-    r = r * 1664525u + 1013904223u;
-    hdy[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
-  }
+/* Modes rows and ring: 2^27 bf16 values of x and dy in [-1, 1) (never all zeros) on the host and
+ * the device, dx, and the copy they are measured against: cudaMemcpyAsync of 1.5 * 2^28 bytes,
+ * as many read + written as a kernel reading x and dy and writing dx. */
+struct CopyData {
+  static constexpr long long elems = 1ll << 27, bytes = elems * 2;
+  std::vector<uint16_t> hx, hdy;
   uint4 *x = nullptr, *dy = nullptr, *dx = nullptr, *cx = nullptr;
-  cudaMalloc(&x, bytes);
-  cudaMalloc(&dy, bytes);
-  cudaMalloc(&dx, bytes);
-  cudaMalloc(&cx, 3 * bytes);
-  cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemcpy(dy, hdy.data(), bytes, cudaMemcpyHostToDevice);
-  /* the copy: 1.5 * bytes, so as many bytes read + written as the kernel's 3 * bytes */
-  const size_t half = (size_t)(3 * bytes / 2);
-  const float mc = median_launch_ms(
-      [&] { cudaMemcpyAsync(cx, (char *)cx + half, half, cudaMemcpyDeviceToDevice); });
-  printf("# cudaMemcpyAsync of %zu bytes: %.1f GB/s (read + written)\n", half,
-         2.0 * half / mc / 1e6);
+  float copy_ms = 0.f;
+  explicit CopyData(uint32_t seed) : hx(elems), hdy(elems) {
+    uint32_t r = seed;
+    for (long long i = 0; i < elems; ++i) {
+      r = r * 1664525u + 1013904223u;
+      hx[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
+      r = r * 1664525u + 1013904223u;
+      hdy[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
+    }
+    cudaMalloc(&x, bytes);
+    cudaMalloc(&dy, bytes);
+    cudaMalloc(&dx, bytes);
+    cudaMalloc(&cx, 3 * bytes);
+    cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(dy, hdy.data(), bytes, cudaMemcpyHostToDevice);
+    const size_t half = (size_t)(3 * bytes / 2);
+    copy_ms = median_launch_ms(
+        [&] { cudaMemcpyAsync(cx, (char *)cx + half, half, cudaMemcpyDeviceToDevice); });
+    printf("# cudaMemcpyAsync of %zu bytes: %.1f GB/s (read + written)\n", half,
+           2.0 * half / copy_ms / 1e6);
+  }
+  ~CopyData() {
+    cudaFree(x);
+    cudaFree(dy);
+    cudaFree(dx);
+    cudaFree(cx);
+  }
+  /* Whether dx holds x + dy (the sum in fp32, rounded once) in rows 0, 1, one in the middle and
+   * the last of `rows` rows of `cols` values. */
+  bool dx_checks(long long rows, long long cols) const {
+    const long long check_rows[] = {0, 1, rows / 2 + 1, rows - 1};
+    std::vector<uint16_t> out(cols);
+    for (long long row : check_rows) {
+      cudaMemcpy(out.data(), (const char *)dx + row * cols * 2, cols * 2, cudaMemcpyDeviceToHost);
+      for (long long i = 0; i < cols; ++i) {
+        const long long g = row * cols + i;
+        if (out[i] != f32_to_bf16(bf16_to_f32(hx[g]) + bf16_to_f32(hdy[g])))
+          return false;
+      }
+    }
+    return true;
+  }
+};
+
+static int rows_mode(int sms) {
+  CopyData d(12345u);
+  const long long elems = CopyData::elems, bytes = CopyData::bytes;
   printf("case,cols,rows,cluster_launch,split,mode,shift,stage_offset,ctas,us,gbps,pct_of_memcpy,"
          "check\n");
   unsigned *base = nullptr, hbase = 0;
@@ -388,26 +419,17 @@ static int rows_mode(int sms) {
     cudaLaunchAttribute attr[1];
     cluster_config(cfg, attr, sms - sms % c.cl, kRowThreads, kRowsSmem, c.cl);
     if (c.cl == 1)
-      cfg.numAttrs = 0;          /* a plain launch, not a cluster of one */
-    cudaMemset(dx, 0xff, bytes); /* poisoned: an element not written fails the check */
-    cudaError_t e = cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)x, (const uint4 *)dy, dx,
-                                       (const float *)ones, rows, c.split, c.mode, c.shift, base);
+      cfg.numAttrs = 0;            /* a plain launch, not a cluster of one */
+    cudaMemset(d.dx, 0xff, bytes); /* poisoned: an element not written fails the check */
+    cudaError_t e =
+        cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)d.x, (const uint4 *)d.dy, d.dx,
+                           (const float *)ones, rows, c.split, c.mode, c.shift, base);
     if (e == cudaSuccess)
       e = cudaDeviceSynchronize();
     bool ok = e == cudaSuccess;
     if (ok)
       cudaMemcpy(&hbase, base, sizeof(unsigned), cudaMemcpyDeviceToHost);
-    if (ok) { /* rows 0, 1, one in the middle and the last, whole */
-      const long long check_rows[] = {0, 1, rows / 2 + 1, rows - 1};
-      std::vector<uint16_t> out(cols);
-      for (long long row : check_rows) {
-        cudaMemcpy(out.data(), (const char *)dx + row * cols * 2, cols * 2, cudaMemcpyDeviceToHost);
-        for (long long i = 0; i < cols && ok; ++i) {
-          const long long g = row * cols + i;
-          ok = out[i] == f32_to_bf16(bf16_to_f32(hx[g]) + bf16_to_f32(hdy[g]));
-        }
-      }
-    }
+    ok = ok && d.dx_checks(rows, cols);
     if (!ok) {
       printf("%s,%lld,%lld,%d,%d,%d,%d,,%d,,,,FAILED (%s)\n", c.name, cols, rows, c.cl, c.split,
              c.mode, c.shift, (int)cfg.gridDim.x, cudaGetErrorString(e));
@@ -416,18 +438,14 @@ static int rows_mode(int sms) {
       continue;
     }
     const float ms = median_launch_ms([&] {
-      cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)x, (const uint4 *)dy, dx,
+      cudaLaunchKernelEx(&cfg, rows_copy, (const uint4 *)d.x, (const uint4 *)d.dy, d.dx,
                          (const float *)ones, rows, c.split, c.mode, c.shift, base);
     });
     printf("%s,%lld,%lld,%d,%d,%d,%d,%u,%d,%.1f,%.1f,%.1f,OK\n", c.name, cols, rows, c.cl, c.split,
            c.mode, c.shift, hbase, (int)cfg.gridDim.x, 1000.0 * ms, 3.0 * bytes / ms / 1e6,
-           100.0 * mc / ms);
+           100.0 * d.copy_ms / ms);
     fflush(stdout);
   }
-  cudaFree(x);
-  cudaFree(dy);
-  cudaFree(dx);
-  cudaFree(cx);
   cudaFree(ones);
   cudaFree(base);
   return failed || cudaGetLastError() != cudaSuccess ? 1 : 0;
@@ -505,27 +523,8 @@ __global__ void ring_copy(const uint4 *x, const uint4 *dy, uint4 *dx, long long 
 }
 
 static int ring_mode(int sms) {
-  const long long elems = 1ll << 27, bytes = elems * 2;
-  std::vector<uint16_t> hx(elems), hdy(elems);
-  uint32_t r = 777u;
-  for (long long i = 0; i < elems; ++i) {
-    r = r * 1664525u + 1013904223u;
-    hx[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
-    r = r * 1664525u + 1013904223u;
-    hdy[i] = f32_to_bf16((float)(r >> 8) / 8388608.f - 1.f);
-  }
-  uint4 *x = nullptr, *dy = nullptr, *dx = nullptr, *cx = nullptr;
-  cudaMalloc(&x, bytes);
-  cudaMalloc(&dy, bytes);
-  cudaMalloc(&dx, bytes);
-  cudaMalloc(&cx, 3 * bytes);
-  cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemcpy(dy, hdy.data(), bytes, cudaMemcpyHostToDevice);
-  const size_t half = (size_t)(3 * bytes / 2);
-  const float mc = median_launch_ms(
-      [&] { cudaMemcpyAsync(cx, (char *)cx + half, half, cudaMemcpyDeviceToDevice); });
-  printf("# cudaMemcpyAsync of %zu bytes: %.1f GB/s (read + written)\n", half,
-         2.0 * half / mc / 1e6);
+  CopyData d(777u);
+  const long long elems = CopyData::elems, bytes = CopyData::bytes;
   printf("chunk_vecs,threads,shift,ctas_an_sm,us,gbps,pct_of_memcpy,check\n");
   cudaFuncSetAttribute(ring_copy, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
   cudaFuncSetAttribute(ring_copy, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -542,22 +541,11 @@ static int ring_mode(int sms) {
       int per_sm = 0;
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ring_copy, threads, smem);
       const int grid = per_sm * sms;
-      cudaMemset(dx, 0xff, bytes);
-      ring_copy<<<grid, threads, smem>>>(x, dy, dx, rows, chunk, shift);
+      cudaMemset(d.dx, 0xff, bytes); /* poisoned: an element not written fails the check */
+      ring_copy<<<grid, threads, smem>>>(d.x, d.dy, d.dx, rows, chunk, shift);
       cudaError_t e = cudaDeviceSynchronize();
       bool ok = e == cudaSuccess && grid > 0;
-      if (ok) {
-        const long long check_rows[] = {0, 1, rows / 2 + 1, rows - 1};
-        std::vector<uint16_t> out(chunk * 8);
-        for (long long row : check_rows) {
-          cudaMemcpy(out.data(), (const char *)dx + row * chunk * 16, chunk * 16,
-                     cudaMemcpyDeviceToHost);
-          for (long long i = 0; i < chunk * 8 && ok; ++i) {
-            const long long g = row * chunk * 8 + i;
-            ok = out[i] == f32_to_bf16(bf16_to_f32(hx[g]) + bf16_to_f32(hdy[g]));
-          }
-        }
-      }
+      ok = ok && d.dx_checks(rows, (long long)chunk * 8);
       if (!ok) {
         printf("%d,%d,%d,%d,,,,FAILED (%s)\n", chunk, threads, shift, per_sm,
                cudaGetErrorString(e));
@@ -566,16 +554,12 @@ static int ring_mode(int sms) {
         continue;
       }
       const float ms = median_launch_ms(
-          [&] { ring_copy<<<grid, threads, smem>>>(x, dy, dx, rows, chunk, shift); });
+          [&] { ring_copy<<<grid, threads, smem>>>(d.x, d.dy, d.dx, rows, chunk, shift); });
       printf("%d,%d,%d,%d,%.1f,%.1f,%.1f,OK\n", chunk, threads, shift, per_sm, 1000.0 * ms,
-             3.0 * bytes / ms / 1e6, 100.0 * mc / ms);
+             3.0 * bytes / ms / 1e6, 100.0 * d.copy_ms / ms);
       fflush(stdout);
     }
   }
-  cudaFree(x);
-  cudaFree(dy);
-  cudaFree(dx);
-  cudaFree(cx);
   return failed || cudaGetLastError() != cudaSuccess ? 1 : 0;
 }
 
