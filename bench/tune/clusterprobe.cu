@@ -55,6 +55,8 @@
 #include <cstring>
 #include <vector>
 
+#include "probe_common.cuh"
+
 __global__ void record_sm(int *sm_of_cta) {
   extern __shared__ unsigned char smem[];
   unsigned sm;
@@ -110,27 +112,6 @@ __global__ void copy_steps(const float4 *__restrict__ src, float4 *dst, long lon
 }
 
 /* The median time of 20 calls of launch() (after 3 more), each between two events. */
-template <typename F> static float median_launch_ms(F launch) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int it = 0; it < 23; ++it) {
-    cudaEventRecord(e0);
-    launch();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (it >= 3)
-      t.push_back(ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 template <int U>
 static void copy_case(int per_sm, int cl, int smem_sm, const float4 *src, float4 *dst, long long n,
                       float memcpy_ms) {
@@ -183,11 +164,6 @@ constexpr int kChunkVecs = kRowThreads * kRowVpt; /* a CTA's 16-byte vectors of 
 constexpr size_t kRowsSmem = (size_t)2 * kRowsARound * 2 * kChunkVecs * 16 + 128; /* 2 stages,
                                                                                 and a shift */
 
-__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-
 /* Mode bits of rows_copy (split 2 only but kStats): */
 enum RowsMode {
   kBarrier = 1,  /* a cluster barrier a round */
@@ -195,10 +171,6 @@ enum RowsMode {
                     slot with complete_tx on its mbarrier, a wait on this CTA's, the slots read */
   kStats = 4     /* the batch kernel's row_stats: every thread loads two floats a row (ones) */
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
 
 /* split: the CTAs that share a row (1, or 2: a cluster's pair, each a chunk of kChunkVecs);
  * mode: RowsMode bits. Rows of split * kChunkVecs vectors. */
@@ -222,7 +194,7 @@ __global__ void __launch_bounds__(kRowThreads, 1)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&xbar[b])));
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+    cluster_sync_all();
   }
   const long long row_vecs = (long long)split * kChunkVecs, v0 = (long long)crank * kChunkVecs;
   const long long unit = blockIdx.x / split, nunits = gridDim.x / split;
@@ -261,7 +233,7 @@ __global__ void __launch_bounds__(kRowThreads, 1)
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     __syncthreads(); /* the batch kernel's one barrier a round */
     if ((mode & kBarrier) && split > 1)
-      asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+      cluster_sync_all();
     float add = 0.f;
     if (xchg) { /* slots alternate; a peer posts round r + 2 only after this CTA posted r + 1,
                    which follows its barrier after every read of round r's slot */
@@ -284,15 +256,7 @@ __global__ void __launch_bounds__(kRowThreads, 1)
                      "f"(0.f), "f"(0.f), "f"(0.f), "f"(0.f), "r"(rb)
                      : "memory");
       }
-      uint32_t done = 0;
-      const uint32_t parity = (uint32_t)(xround >> 1) & 1u;
-      do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-      } while (!done);
+      mbar_wait_parity(bar, (uint32_t)(xround >> 1) & 1u);
       add = xslot[xs][0].x + xslot[xs][1].x; /* 0: the sum leaves dx as it was */
       ++xround;
     }
@@ -320,19 +284,7 @@ __global__ void __launch_bounds__(kRowThreads, 1)
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
   if (xchg) /* no CTA leaves while a peer may still write its slots */
-    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-}
-
-static float bf16_to_f32(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t f32_to_bf16(float f) { /* round to nearest even (finite values) */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    cluster_sync_all();
 }
 
 /* Modes rows and ring: 2^27 bf16 values of x and dy in [-1, 1) (never all zeros) on the host and
@@ -453,16 +405,6 @@ static int rows_mode(int sms) {
 
 /* ---- mode ring: the ring kernel's copies (bulk copies into two stages), by the stages' place
  * in a 128-byte line ---- */
-__device__ __forceinline__ void mbar_wait_parity(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
                                           uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "

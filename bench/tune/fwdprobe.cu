@@ -40,22 +40,13 @@
 #include <cstring>
 #include <vector>
 
+#include "probe_common.cuh"
+
 constexpr int kMaxCluster = 16;
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem)
-               : "memory");
-}
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-}
-
 /* Two groups of n values each, (mean, sum of squared deviations), merged; symmetric in its two
  * arguments, so both lanes of a butterfly get the same bits. */
 __device__ __forceinline__ void merge_equal(float &m, float &q, float mo, float qo, float n) {
@@ -221,14 +212,7 @@ __global__ void __launch_bounds__(T)
   auto wait_merge = [&](int r, float(&m)[R], float(&sq)[R]) {
     const int par = r & 1;
     const uint32_t bar = smem_u32(&bars[par]), ph = (uint32_t)(r >> 1) & 1u;
-    uint32_t done = 0;
-    do {
-      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                   " selp.u32 %0, 1, 0, p;\n}"
-                   : "=r"(done)
-                   : "r"(bar), "r"(ph)
-                   : "memory");
-    } while (!done);
+    mbar_wait_parity(bar, ph);
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       float mc[kMaxCluster], qc[kMaxCluster];
@@ -320,39 +304,6 @@ __global__ void __launch_bounds__(T)
   }
   cp_async_wait<0>();
   cluster_sync_all(); /* no CTA leaves while a peer may still write its slots */
-}
-
-static float bf16_to_f32(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t f32_to_bf16(float f) { /* round to nearest even (finite values) */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-template <typename F> static float median_launch_ms(F launch) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> ts;
-  for (int it = 0; it < 23; ++it) {
-    cudaEventRecord(e0);
-    launch();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (it >= 3)
-      ts.push_back(ms);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
 }
 
 /* The problem's values (bf16-representable, so both dtypes hold them exactly) and its device
