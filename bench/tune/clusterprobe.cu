@@ -189,11 +189,7 @@ __global__ void __launch_bounds__(kRowThreads, 1)
   if (split > 1)
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(crank));
   if (xchg) {
-    if (threadIdx.x == 0) {
-      for (int b = 0; b < 2; ++b)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&xbar[b])));
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    mbar_init_ones(xbar, 2);
     cluster_sync_all();
   }
   const long long row_vecs = (long long)split * kChunkVecs, v0 = (long long)crank * kChunkVecs;
@@ -423,11 +419,7 @@ __global__ void ring_copy(const uint4 *x, const uint4 *dy, uint4 *dx, long long 
   __shared__ unsigned long long full[2];
   uint4 *const ring = ring_raw + shift / 16; /* stage s: dy at 2s * chunk, x at (2s + 1) * chunk */
   const int t = threadIdx.x, nt = blockDim.x;
-  if (t == 0) {
-    for (int s = 0; s < 2; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  mbar_init_ones(full, 2);
   __syncthreads();
   const uint32_t bytes = (uint32_t)chunk * 16;
   auto issue = [&](int s, long long row) {

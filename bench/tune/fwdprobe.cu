@@ -100,11 +100,7 @@ __global__ void __launch_bounds__(T)
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(crank));
   asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(csize));
   const int t = threadIdx.x;
-  if (t == 0) {
-    for (int b = 0; b < 2; ++b)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[b])));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  mbar_init_ones(bars, 2);
   cluster_sync_all();
   const long long row_vecs = (long long)csize * NV, v0 = (long long)crank * NV;
   const long long unit = blockIdx.x / csize, step = gridDim.x / csize;

@@ -54,6 +54,15 @@ __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem)
                : "memory");
 }
+/* Thread 0: the n mbarriers at bars, of one arrival each, made visible to the cluster (the
+ * caller's cluster barrier, or __syncthreads without a cluster, follows before any use). */
+__device__ __forceinline__ void mbar_init_ones(unsigned long long *bars, int n) {
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < n; ++b)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[b])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+}
 /* Until the mbarrier at shared address `bar` has completed the phase of this parity. */
 __device__ __forceinline__ void mbar_wait_parity(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
