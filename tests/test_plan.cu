@@ -517,7 +517,7 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
                (kTuningBuild && ((stages == 2 && pl.vpt == bwd_hold_vpt(vec, 1, 2)) ||
                                  (stages == 1 && pl.vpt == bwd_hold_vpt(vec, 2, 1))))) &&
                   pl.threads == kHoldThreads && pl.cluster == 1 &&
-                  pl.smem == (size_t)cap * bwd_hold_vec_bytes(vec, stages) &&
+                  pl.smem == (size_t)cap * bwd_hold_vec_bytes(vec, stages) + kDynSmemLinePad &&
                   per_sm * (pl.smem + 4096) <= (size_t)dev.smem_per_sm,
               "backward hold tier: 512-thread CTAs of 32 elements a thread, a CTA an SM, one "
               "stage (tuning builds also two of four vectors a thread, or 16 elements at two CTAs "
@@ -560,14 +560,13 @@ void check_backward(const Plan &pl, const fnorm_problem &p, int vec, const Devic
                 p.param_dtype != FNORM_DTYPE_F32 && threads > 0,
             "backward batch tier: sm_90, 16-bit 16-byte rows from x with 16-bit gamma, the "
             "lengths batch_shape names");
-    require(p.rows * p.cols >= ((int64_t)1 << 25) && p.rows * p.cols <= batch_max_elements(p.cols),
-            "backward batch tier: from 2^25 elements, up to batch_max_elements");
+    require(p.rows * p.cols >= ((int64_t)1 << 25), "backward batch tier: from 2^25 elements");
     require(pl.threads == threads && pl.vpt == vpt && pl.round_rows == rows && pl.nbuf == stages &&
                 pl.cluster == cluster && (int64_t)threads * vpt * vec * cluster == p.cols,
             "backward batch tier: batch_shape's shape, the row exactly its cluster's vectors");
-    require(pl.smem == (size_t)stages * rows * 2 * threads * vpt * 16 &&
+    require(pl.smem == (size_t)stages * rows * 2 * threads * vpt * 16 + kDynSmemLinePad &&
                 pl.smem <= (size_t)dev.max_smem_optin,
-            "backward batch tier: its stages fit in shared memory");
+            "backward batch tier: its stages, from a line, fit in shared memory");
     require(kTuningBuild || pl.cluster == 1 || p.norm == FNORM_LAYERNORM,
             "backward batch tier: clusters only of LayerNorm rows");
     require(pl.nparts >= 1 && pl.nparts <= cdiv(p.rows, rows) &&

@@ -571,7 +571,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
   const int64_t col0 = (int64_t)crank * NV * VEC;
   const int64_t unit = blockIdx.x / CL, nunits = gridDim.x / CL;
   extern __shared__ __align__(16) unsigned char dyn_smem[];
-  Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(dyn_smem); /* [S][R][dy, x][NV] */
+  /* [S][R][dy, x][NV], from a line (smem_on_line) */
+  Pack<T, VEC> *stage = reinterpret_cast<Pack<T, VEC> *>(smem_on_line(dyn_smem));
   __shared__ float xchg[2][W][K * R];
   const int t = threadIdx.x;
   auto slot = [&](int s, int j, int arr, int k) {
@@ -1353,9 +1354,9 @@ __global__ void __launch_bounds__(kHoldThreads, PER_SM)
   const int64_t nvec = a.cols / VEC;
   const int64_t v0 = (int64_t)piece * chunk_vecs;
   const int count = (int)chunk_count(nvec, chunk_vecs, piece);
-  /* Shared memory: stage s's dy at 2s * chunk_vecs and x at (2s + 1) * chunk_vecs (16-byte
-   * vectors), then gamma's fp32 chunk. */
-  V *const stages = reinterpret_cast<V *>(dyn_smem);
+  /* Shared memory from a line (smem_on_line): stage s's dy at 2s * chunk_vecs and x at
+   * (2s + 1) * chunk_vecs (16-byte vectors), then gamma's fp32 chunk. */
+  V *const stages = reinterpret_cast<V *>(smem_on_line(dyn_smem));
   float *sgamma = reinterpret_cast<float *>(stages + 2 * STAGES * chunk_vecs);
   const T *dychunk = (const T *)a.dy + v0 * VEC;
   const T *xchunk = (const T *)a.xy + v0 * VEC;
@@ -1811,8 +1812,9 @@ static fnorm_status launch_bwd_hold(const Plan &plan, BwdParams &a, char *ws, bo
     return FNORM_ERR_UNSUPPORTED;
   a.nparts = hs.slots;
   return launch_cooperative(k, (int64_t)hs.pieces * hs.slots, plan.threads,
-                            (size_t)hs.chunk * bwd_hold_vec_bytes(VEC, plan.nbuf), stream, a,
-                            hs.chunk, hs.pieces, reinterpret_cast<float2 *>(ws + plan.ws_rowpart),
+                            (size_t)hs.chunk * bwd_hold_vec_bytes(VEC, plan.nbuf) + kDynSmemLinePad,
+                            stream, a, hs.chunk, hs.pieces,
+                            reinterpret_cast<float2 *>(ws + plan.ws_rowpart),
                             reinterpret_cast<unsigned *>(ws + plan.ws_rowsum));
 }
 

@@ -462,6 +462,34 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+/* Dynamic shared memory from a 128-byte line. A kernel's dynamic block starts where its static
+ * shared memory ends, 16-byte aligned, so its place in a line is whatever the static arrays
+ * leave: 16 bytes in the backward's clustered batch LayerNorm kernels (bwd_batch_kernel with
+ * CL > 1, whose cluster slots the one-CTA form lacks), 80 in their RMSNorm forms, 64 in
+ * RMSNorm's one-CTA form at 5120, 96 in the backward's hold kernel. Copies landing off a line
+ * cost the batch kernel up to 10 points: at bf16 LayerNorm 8192 x 16384 its SMs asked L2 for
+ * 33.6 million sectors against 16.8 million at 16384 x 8192, whose stages start on a line
+ * (ncu33 and lead 49, session 57; bench/tune/clusterprobe.cu `rows`, the batch kernel's copies
+ * alone on an H200: stages 80 bytes into a line doubled the L2 sectors and ran at 81-83% of the
+ * copy, 16 bytes in 89-91%, on a line or 64 in 95-98%). The kernels measured faster on a line
+ * take smem_on_line(dyn_smem) as their start, and their launches ask kDynSmemLinePad bytes more:
+ * bwd_batch_kernel and the backward's hold kernel (A/B run GA, session 58, H200, against the
+ * stages where the static arrays left them: batch LayerNorm 16384 +6.1 to +6.5 points, 32768
+ * +6.1 to +9.4, RMSNorm 5120 +2.9 to +3.0 at 2^27, the hold kernel's fp32 262144 +0.8 to +5.2,
+ * the rest level).
+ * (`extern __shared__ __align__(128)` would move the start in every kernel of a file at once:
+ * the extern arrays of a file share one alignment. A/B run FW and run FZ (H200) measured that
+ * (bench/tune/lead49-dyn-smem-128.patch): batch LayerNorm 16384 +6.4 points, 32768 +9.6,
+ * RMSNorm 5120 +2.8, the hold kernel's fp32 262144 +1.9 and +5.6, but the ring's short chunks
+ * -3.8 (fp32 5120) and -4.5 (16-bit RMSNorm 2048 and 4096), the forward level.) */
+constexpr int kDynSmemLine = 128;
+constexpr int kDynSmemLinePad = kDynSmemLine - 16;
+__device__ __forceinline__ unsigned char *smem_on_line(unsigned char *dyn) {
+  /* dyn is 16-byte aligned, so the step to the next line is a multiple of 16 below 128: masked
+   * with 112, the compiler sees that too and keeps the 16-byte accesses whole */
+  return dyn + ((0u - smem_addr(dyn)) & (uint32_t)kDynSmemLinePad);
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t cluster_addr(uint32_t local, uint32_t rank) {
   uint32_t r;

@@ -345,14 +345,18 @@ constexpr int64_t packed_rows_min_elements(bool layernorm, int64_t cols, int ele
  * it): 32768 over 8 CTAs of 128 threads against 4 of 256, bf16 80.6-80.7 -> 82.3-82.4 and fp16
  * 79.2 -> 81.8-81.9 at 2^27 elements, +1.4 to +2.8 at 2^25-2^26; 16384 over 4 of 128 +0.7 to
  * +0.8 at 2^25 but -1.4 to -1.6 at 2^27 (kept over 2 of 256); 65536 over 16 of 128 against the
- * ring +5.7 to +6.2 at 2^25, +0.8 to +1.1 at 2^26, -4.2 at 2^27 (batch_max_elements). RMSNorm's
- * rows in those shapes ran 4-16 points under the ring's RMS form (run DT), as in run BN4, and
- * keep it. Three stages instead of two (A/B run DS: 8192, and 16384 and 32768 over 2 and 4 CTAs
+ * ring +5.7 to +6.2 at 2^25, +0.8 to +1.1 at 2^26, -4.2 at 2^27 (then the ring's from 2^26).
+ * RMSNorm's rows in those shapes ran 4-16 points under the ring's RMS form (run DT), as in run BN4,
+ * and keep it. Three stages instead of two (A/B run DS: 8192, and 16384 and 32768 over 2 and 4 CTAs
  * of 256) were 0.5-2.7 points slower. Rows of 65536 take three, each round's second pass a
  * round late so that its exchange overlaps the next round's first pass (bwd_batch_kernel): A/B
  * run FL (session 54, against two stages) bf16 70.8 -> 75.6 at 2^25 and 74.0 -> 79.4 at 2^26,
  * fp16 +4.3 to +6.3; the same form lost 0.5-1.9 points at 16384 and 32768 (run FL) and 0.8-2.5
- * to the ring at 65536 from 2^27 (A/B run FM). Zero where it has no shape. */
+ * to the ring at 65536 from 2^27 (A/B run FM). Those losses at 2^27 were the clustered forms'
+ * stages sitting 16 bytes into a shared-memory line; from a line (smem_on_line, A/B run GA,
+ * session 58, H200) 65536 at 2^27 went 83.9 -> 92.0 (bf16) and 83.4 -> 90.8 (fp16) against the
+ * ring's, 16384 +6.1 to +6.5 and 32768 +6.1 to +9.4 at 2^25 and 2^27, so every length takes the
+ * tier at any size from 2^25. Zero where it has no shape. */
 constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt, int &rows,
                            int &stages, int &cluster, bool clustered = true) {
   threads = vpt = rows = stages = cluster = 0;
@@ -366,14 +370,6 @@ constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt,
     threads = 256, vpt = 4, rows = 2, stages = 2, cluster = 2;
   else if (clustered && (cols == 32768 || cols == 65536))
     threads = 128, vpt = 4, rows = 2, stages = cols == 65536 ? 3 : 2, cluster = (int)(cols / 4096);
-}
-
-/* The elements (rows * cols) up to which the batch tier takes rows of `cols` (it takes them from
- * 2^25): 65536 up to 2^26 (A/B run DU: +5.7 to +6.2 points at 512 rows, +0.8 to +1.1 at 1024,
- * -4.2 at 2048, where the ring keeps them; since the deferred second pass, A/B run FM, -0.8 to
- * -2.5 at 2048 and 4096 rows), the others without bound. */
-constexpr int64_t batch_max_elements(int64_t cols) {
-  return cols == 65536 ? (int64_t)1 << 26 : INT64_MAX;
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each

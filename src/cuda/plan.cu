@@ -1066,7 +1066,9 @@ static bool plan_bwd_hold(Plan &pl, const fnorm_problem *p, int vec, int64_t nve
   const int per_sm = tn.bwd_hold_sm, stages = tn.bwd_hold_stages;
   const int vpt = bwd_hold_vpt(vec, per_sm, stages);
   const int64_t cap = (int64_t)vpt * kHoldThreads;
-  const size_t smem = (size_t)cap * bwd_hold_vec_bytes(vec, stages);
+  /* (the kernel's stages from a line: kDynSmemLinePad more, within the 4 KiB kept for the
+   * reserved and static shared memory) */
+  const size_t smem = (size_t)cap * bwd_hold_vec_bytes(vec, stages) + kDynSmemLinePad;
   if (smem > (size_t)dev.max_smem_optin || per_sm * (smem + 4096) > (size_t)dev.smem_per_sm)
     return false;
   const int64_t ctas = (int64_t)per_sm * dev.sm_count;
@@ -1220,17 +1222,17 @@ Plan plan_backward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool 
    * elements): bf16 16384 73.7 -> 78.3 / 83.6 -> 84.0, 32768 69.2 -> 74.1 / 77.3 -> 80.0, fp16
    * 16384 73.8 -> 79.0 / 83.4 -> 84.0, 32768 69.3 -> 73.7 / 78.1 -> 79.3; RMSNorm lost 4.5 to 7.4
    * (the ring's RMS form runs 84-92%), so its rows keep the ring. Since session 43 rows of 32768
-   * over 8 CTAs of 128 threads (+1.4 to +2.8 points), and of 65536 over 16 up to 2^26 elements
-   * (batch_max_elements; +0.8 to +6.2): batch_shape. */
+   * over 8 CTAs of 128 threads (+1.4 to +2.8 points), and of 65536 over 16 (+0.8 to +8.1 against
+   * the ring since A/B run GA): batch_shape. */
   int bt_threads = 0, bt_vpt = 0, bt_rows = 0, bt_stages = 0, bt_cluster = 0;
   batch_shape(p->cols, (int)dtype_bytes(p->dtype), bt_threads, bt_vpt, bt_rows, bt_stages,
               bt_cluster,
               tn.bwd_batch_cl == 2 || (tn.bwd_batch_cl == 1 && p->norm == FNORM_LAYERNORM));
   const bool batch = bt_threads && vbytes == 16 && !from_y && dev.cc_major >= 9 &&
                      p->param_dtype != FNORM_DTYPE_F32 && p->rows * p->cols >= ((int64_t)1 << 25) &&
-                     p->rows * p->cols <= batch_max_elements(p->cols) &&
                      (tn.bwd_batch == 2 || (tn.bwd_batch == 1 && p->norm == FNORM_LAYERNORM));
-  const size_t batch_smem = (size_t)bt_stages * bt_rows * 2 * bt_threads * bt_vpt * 16;
+  const size_t batch_smem =
+      (size_t)bt_stages * bt_rows * 2 * bt_threads * bt_vpt * 16 + kDynSmemLinePad;
   /* (tuning builds, FNORM_TUNE_BWD_HOLD=2: the hold tier ahead of the others from 65536
    * elements, every dtype) */
   if (kTuningBuild && hold && tn.bwd_hold == 2 && p->cols >= 65536 &&
