@@ -461,6 +461,30 @@ static void cuda_sizes(void) {
       forward_hard_cases(norm, dt, rows, cols, s % 2, s < 2 || norm == FNORM_RMSNORM);
     }
   }
+  /* The forward's batch tier (fwd_batch_kernel, sm_90; fwd_batch_shape): rows of 65536 and 262144
+   * with gamma in their dtype from 2^25 elements (16-bit LayerNorm 262144 from 2^27; 16-bit
+   * RMSNorm 65536 below 2^26), a cluster of 8 or 16 CTAs a row, persistent: 16-bit rows two a
+   * round (two stages), fp32 65536 two a round and 262144 one (the deferred form, three stages),
+   * LayerNorm and RMSNorm. One row past those elements, so that the last round of two has a row
+   * past the last. Each also with aligned strides and no gamma/beta or
+   * statistics (forward_cases), then on a 1e4 offset (even entries) or with NaN/Inf in some rows
+   * (odd ones; fp32 both), and in place. Under --quick the first alone. Elsewhere they test the
+   * tiers that take them. */
+  {
+    static const case_shape batch_fwd[] = {{3, 0, 65536},  {1, 1, 65536},  {0, 0, 65536},
+                                           {0, 1, 262144}, {1, 0, 262144}, {3, 1, 262144},
+                                           {0, 0, 262144}, {0, 1, 65536}};
+    for (s = 0; s < (int)(sizeof batch_fwd / sizeof batch_fwd[0]); s++) {
+      const int64_t cols = batch_fwd[s].cols;
+      const int ln16 = batch_fwd[s].norm == 0 && batch_fwd[s].combo != 0;
+      const int64_t rows = ((int64_t)1 << (ln16 && cols == 262144 ? 27 : 25)) / cols + 1;
+      forward_cases(batch_fwd + s, 1, rows, 1);
+      if (g_opt.quick)
+        break;
+      forward_hard_cases(norms[batch_fwd[s].norm], combos[batch_fwd[s].combo].dtype, rows, cols,
+                         s % 2, 1);
+    }
+  }
   /* 16-bit LayerNorm on a 1e4 offset in the forms whose correction sum is taken from the
    * thread's plain sum (centred_sum_from_sum): the packed rows form (fp16 16384 and 32768; its
    * bf16 offset cases above sum exactly, bf16 values near 1e4 being multiples of 64), the rows

@@ -103,6 +103,36 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
           "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads "
           "(the loop kernel's variant is its form)");
+  /* fwd_batch_kernel: the rows fwd_batch_shape names, 16-byte with gamma in their dtype, from
+   * fwd_batch_min_elements, on sm_90 (tuning builds: FNORM_TUNE_FWD_BATCH=0 leaves them to the
+   * other tiers) */
+  bool batch = false;
+  {
+    int threads = 0, vpt = 0, rows = 0, stages = 0, cluster = 0;
+    const int elem_bytes = (int)fnorm_dtype_size(p.dtype);
+    fwd_batch_shape(p.cols, elem_bytes, threads, vpt, rows, stages, cluster);
+    const size_t smem = (size_t)stages * rows * threads * vpt * 16 + kDynSmemLinePad;
+    batch =
+        threads > 0 && wide && dev.cc_major >= 9 && p.param_dtype == p.dtype &&
+        p.rows * p.cols >= fwd_batch_min_elements(p.cols, elem_bytes, p.norm == FNORM_LAYERNORM) &&
+        smem <= (size_t)dev.max_smem_optin && !full16(p, dev);
+    require(kTuningBuild ? pl.tier != TIER_BATCH || batch : (pl.tier == TIER_BATCH) == batch,
+            "forward batch tier: on the rows fwd_batch_shape names with gamma in their dtype from "
+            "fwd_batch_min_elements on sm_90 (not 16-bit RMSNorm rows the loop kernel's full form "
+            "takes), and there alone");
+    if (pl.tier == TIER_BATCH) {
+      require(pl.threads == threads && pl.vpt == vpt && pl.round_rows == rows &&
+                  pl.nbuf == stages && pl.cluster == cluster &&
+                  (int64_t)threads * vpt * cluster == nvec && (stages == 2 || stages == 3),
+              "forward batch tier: fwd_batch_shape's shape, the row exactly its cluster's vectors");
+      require(pl.smem == smem, "forward batch tier: its stages, from a line, in shared memory");
+      const int64_t most = (int64_t)0x7fffffff / cluster;
+      require(pl.grid == -(cdiv(p.rows, rows) < most ? cdiv(p.rows, rows) : most) && !pl.packed &&
+                  !pl.variant && !pl.staged && !pl.param_smem,
+              "forward batch tier: persistent, at most a cluster a round");
+      return;
+    }
+  }
   /* fwd_rows_packed_kernel: the 16-byte rows packed_rows_shape names with gamma in their dtype,
    * from packed_rows_min_elements (tuning builds: FNORM_TUNE_FWD_ROWS_PACKED=0 leaves them to the
    * other tiers) */
@@ -118,7 +148,7 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   const bool packed_rows =
       packed_vpl && vec * elem == 16 && p.param_dtype == p.dtype &&
       p.rows * p.cols >= packed_rows_min_elements(p.norm == FNORM_LAYERNORM, p.cols, elem) &&
-      p.rows * packed_cluster <= 0x7fffffff &&
+      p.rows * packed_cluster <= 0x7fffffff && !batch &&
       !(!kTuningBuild && (full16(p, dev) || full_ln(p, dev)));
   require(kTuningBuild ? !pl.packed || packed_rows : !!pl.packed == packed_rows,
           "forward: the packed rows form on the rows packed_rows_shape names with gamma in their "
@@ -828,7 +858,11 @@ void check_choices() {
                      (norm == RMS && ccols[i] == 16384) || rms_cl,
                  lean = !reg && (norm == RMS || ccols[i] <= 4096 || ccols[i] > 8192),
                  full = full16(p, h200.info); /* (A/B runs CS and CU) */
-      if (full) {
+      /* (LayerNorm 65536 from 2^25 elements: the batch tier, A/B run GB) */
+      const bool batch = norm == LN && ccols[i] == 65536;
+      if (batch) {
+        expect(h200, BF16, norm, rows, ccols[i], false, pl.tier == TIER_BATCH, "the batch tier");
+      } else if (full) {
         expect(h200, BF16, norm, rows, ccols[i], false,
                pl.mode == MODE_LOOP && pl.vpt == (ccols[i] == 8192 ? 4 : 8) &&
                    pl.threads == (ccols[i] == 65536   ? 1024
@@ -849,7 +883,16 @@ void check_choices() {
                       : "the CTA-per-row kernel");
       }
       p.rows = 4096;
-      if (full16(p, h200.info)) {
+      if (batch) {
+        expect(h200, BF16, norm, 4096, ccols[i], false,
+               plan_forward(&p, 8, h200.info).tier == TIER_BATCH,
+               "4096 rows of 65536: the batch tier");
+        p.rows = 256; /* (2^24 elements) */
+        expect(h200, BF16, norm, 256, ccols[i], false,
+               plan_forward(&p, 8, h200.info).mode == MODE_CTA &&
+                   plan_forward(&p, 8, h200.info).cluster > 1,
+               "256 rows of 65536: the lean form over a cluster");
+      } else if (full16(p, h200.info)) {
         expect(h200, BF16, norm, 4096, ccols[i], false,
                plan_forward(&p, 8, h200.info).mode == MODE_LOOP,
                "4096 rows of 32768 or 65536: the loop kernel's full form");
@@ -865,6 +908,32 @@ void check_choices() {
                "32768");
       }
     }
+  /* The forward's batch tier on 16-bit rows (A/B run GB): LayerNorm 262144 from 2^27 elements
+   * (at 2^25 it lost 2.9-4.0 points to the lean form over a cluster), RMSNorm 262144 from 2^25,
+   * RMSNorm 65536 from 2^25 up to where the loop kernel's full form takes it (2^26); on sm_80
+   * never. */
+  {
+    p = problem(BF16, LN, 512, 262144);
+    expect(h200, BF16, LN, 512, 262144, false, plan_forward(&p, 8, h200.info).tier == TIER_BATCH,
+           "LayerNorm 262144 at 2^27 elements: the batch tier");
+    expect(h200, BF16, LN, 512, 262144, false, plan_forward(&p, 8, a100.info).tier != TIER_BATCH,
+           "sm_80: not the batch tier");
+    p.rows = 256;
+    expect(h200, BF16, LN, 256, 262144, false, plan_forward(&p, 8, h200.info).tier != TIER_BATCH,
+           "LayerNorm 262144 below 2^27 elements: not the batch tier");
+    p = problem(F16, RMS, 128, 262144);
+    expect(h200, F16, RMS, 128, 262144, false, plan_forward(&p, 8, h200.info).tier == TIER_BATCH,
+           "RMSNorm 262144 at 2^25 elements: the batch tier");
+    p = problem(BF16, RMS, 512, 65536);
+    expect(h200, BF16, RMS, 512, 65536, false, plan_forward(&p, 8, h200.info).tier == TIER_BATCH,
+           "RMSNorm 65536 at 2^25 elements: the batch tier");
+    p.rows = 1024;
+    expect(h200, BF16, RMS, 1024, 65536, false, plan_forward(&p, 8, h200.info).mode == MODE_LOOP,
+           "RMSNorm 65536 at 2^26 elements: the loop kernel's full form");
+    p.param_dtype = FNORM_DTYPE_F32;
+    expect(h200, BF16, RMS, 1024, 65536, false, plan_forward(&p, 8, h200.info).tier != TIER_BATCH,
+           "fp32 gamma: not the batch tier");
+  }
   /* fp32 RMSNorm 5120: the full form at 320 threads of four vectors from 2^26 elements (sweep
    * 101), at 160 of eight below */
   for (int64_t rows = grid_rows(5120) / 4; rows <= grid_rows(5120); rows *= 2) {
@@ -933,18 +1002,26 @@ void check_choices() {
            "16-bit LayerNorm: not the lean form past 8192 on rows it does not fill exactly");
   }
   /* Forward register kernel: fp32 LayerNorm's statistics behind one barrier in CTAs of more
-   * than 256 threads (sweeps 41-42), not in smaller ones (64 rows of 65536), not 16-bit (checked
+   * than 256 threads (sweeps 41-42; rows of 65536 and 262144 below 2^25 elements, the batch tier
+   * from there), not in smaller ones (64 rows of 65536), not 16-bit (checked
    * on bf16 LayerNorm rows of 65544: since sweep 68 16-bit LayerNorm rows past 32768 take the
    * register kernel only where the lean form over a cluster does not fill its threads). */
   {
-    p = problem(F32, LN, 2048, 65536);
+    p = problem(F32, LN, 256, 65536);
     Plan pl = plan_forward(&p, 4, h200.info);
-    expect(h200, F32, LN, 2048, 65536, false, pl.mode == MODE_REG && pl.variant == 1,
+    expect(h200, F32, LN, 256, 65536, false, pl.mode == MODE_REG && pl.variant == 1,
            "one barrier's statistics");
-    p = problem(F32, LN, 512, 262144);
+    p = problem(F32, LN, 96, 262144);
     pl = plan_forward(&p, 4, h200.info);
-    expect(h200, F32, LN, 512, 262144, false, pl.mode == MODE_REG && pl.variant == 1,
+    expect(h200, F32, LN, 96, 262144, false, pl.mode == MODE_REG && pl.variant == 1,
            "one barrier's statistics");
+    /* (from 2^25 elements the batch tier, A/B run GB) */
+    p = problem(F32, LN, 2048, 65536);
+    expect(h200, F32, LN, 2048, 65536, false, plan_forward(&p, 4, h200.info).tier == TIER_BATCH,
+           "the batch tier");
+    p = problem(F32, LN, 512, 262144);
+    expect(h200, F32, LN, 512, 262144, false, plan_forward(&p, 4, h200.info).tier == TIER_BATCH,
+           "the batch tier");
     p = problem(F32, LN, 64, 65536);
     pl = plan_forward(&p, 4, h200.info);
     expect(h200, F32, LN, 64, 65536, false, pl.mode == MODE_REG && pl.variant == 0,
@@ -1141,7 +1218,19 @@ void check_choices() {
       const int64_t rows = grid_rows(fcols[i]);
       p = problem(F32, RMS, rows, fcols[i]);
       Plan pl = plan_forward(&p, 4, h200.info);
-      const bool full = fcols[i] <= 65536 && fcols[i] != 49152 && fcols[i] != 6144;
+      /* (65536 and 262144 from 2^25 elements: the batch tier, A/B run GB; 65536 below, with two
+       * rows an SM, the full form) */
+      const bool batch = fcols[i] == 65536 || fcols[i] == 262144;
+      const bool full = fcols[i] < 65536 && fcols[i] != 49152 && fcols[i] != 6144;
+      if (batch) {
+        expect(h200, F32, RMS, rows, fcols[i], false, pl.tier == TIER_BATCH,
+               "65536 and 262144 from 2^25 elements: the batch tier");
+        p = problem(F32, RMS, 2 * h200.info.sm_count, fcols[i]);
+        expect(h200, F32, RMS, p.rows, fcols[i], false,
+               (plan_forward(&p, 4, h200.info).mode == MODE_LOOP) == (fcols[i] == 65536),
+               "65536 below 2^25 elements with two rows an SM: the full form");
+        p = problem(F32, RMS, rows, fcols[i]);
+      }
       /* (5120 at these 2^27 elements: 320 threads of four vectors, from 2^26) */
       const int threads = fcols[i] == 5120    ? 320
                           : fcols[i] == 8192  ? 256
@@ -1156,7 +1245,8 @@ void check_choices() {
                                          : fcols[i] == 16384 ? kLoopFull512
                                                              : 0)),
              full ? "the loop kernel's full form"
-                  : "not the full form: 6144, rows between 32768 and 65536 or past 65536");
+                  : "not the full form: 6144, rows between 32768 and 65536 or from 65536 "
+                    "(the batch tier)");
       if (fcols[i] == 16384) {
         p = problem(F32, RMS, 1024, fcols[i]);
         expect(h200, F32, RMS, p.rows, fcols[i], false,

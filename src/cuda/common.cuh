@@ -944,11 +944,12 @@ template <int EPT> __device__ __forceinline__ LnCounts ln_counts_full(int64_t va
  * them, rel a small offset, so that differences of nearby bases stay exact). The warp is
  * combined relative to lane 0's base, then the warps relative to warp 0's, in warp order: lane
  * r takes warp r's terms and butterflies add them, or (HOW = WARPS_MIXED, up to 8 warps) every
- * thread adds the warps' terms in a loop, as cta_sum_slot. */
-template <int HOW = WARPS_LANES>
-__device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, float m2t,
-                                                     const LnCounts &n, float (&warp)[2][32][4],
-                                                     int &round) {
+ * thread adds the warps' terms in a loop, as cta_sum_slot. Its two halves, warp_ln_post and
+ * cta_ln_merge, serve kernels that combine several rows behind one barrier. */
+/* The warp's half: its lanes combined relative to lane 0's base; lane 0 writes the warp's
+ * (reference, mean offset, sum of squares, count) to post. */
+__device__ __forceinline__ void warp_ln_post(float base, float rel, float m2t, const LnCounts &n,
+                                             float (&post)[4]) {
   const float mw = __shfl_sync(0xffffffffu, base, 0);
   const float d = (base - mw) + rel;
   float a[1] = {n.nt * d};
@@ -957,27 +958,29 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
   const float e = d - cw;
   float w[1] = {fmaf(n.nt * e, e, m2t)};
   group_sum<32, 1>(w);
-  const int slot = round & 1, lane = threadIdx.x & 31;
-  ++round;
-  if (lane == 0)
-    *reinterpret_cast<float4 *>(warp[slot][threadIdx.x >> 5]) = make_float4(mw, cw, w[0], n.nw);
-  __syncthreads();
+  if ((threadIdx.x & 31) == 0)
+    *reinterpret_cast<float4 *>(post) = make_float4(mw, cw, w[0], n.nw);
+}
+/* The CTA's half, after a __syncthreads that follows every warp's post: warps[w] holds warp w's
+ * terms. Every thread gets the same bits. */
+template <int HOW = WARPS_LANES>
+__device__ __forceinline__ ChunkStats cta_ln_merge(const float (*warps)[4], const LnCounts &n) {
   /* The CTA, relative to warp 0's reference: lane r takes warp r's terms. */
-  const float ref = warp[slot][0][0];
+  const float ref = warps[0][0];
   ChunkStats st;
   st.ref = ref;
   st.n = n.ncta;
-  const int nwarps = (int)(blockDim.x >> 5);
+  const int nwarps = (int)(blockDim.x >> 5), lane = threadIdx.x & 31;
   if (HOW == WARPS_MIXED && nwarps <= 8) {
     float sc = 0.f;
     for (int r = 0; r < nwarps; ++r) {
-      const float4 q = *reinterpret_cast<const float4 *>(warp[slot][r]);
+      const float4 q = *reinterpret_cast<const float4 *>(warps[r]);
       sc += q.w * ((q.x - ref) + q.y);
     }
     st.c = sc * n.inv_ncta;
     float m2 = 0.f;
     for (int r = 0; r < nwarps; ++r) {
-      const float4 q = *reinterpret_cast<const float4 *>(warp[slot][r]);
+      const float4 q = *reinterpret_cast<const float4 *>(warps[r]);
       const float er = ((q.x - ref) + q.y) - st.c;
       m2 += fmaf(q.w * er, er, q.z);
     }
@@ -986,7 +989,7 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
   }
   float fn = 0.f, dr = 0.f, m2r = 0.f;
   if (lane < nwarps) {
-    const float4 q = *reinterpret_cast<const float4 *>(warp[slot][lane]);
+    const float4 q = *reinterpret_cast<const float4 *>(warps[lane]);
     fn = q.w;
     dr = (q.x - ref) + q.y;
     m2r = q.z;
@@ -999,6 +1002,16 @@ __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, floa
   group_sum<32, 1>(m2);
   st.m2 = m2[0];
   return st;
+}
+template <int HOW = WARPS_LANES>
+__device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, float m2t,
+                                                     const LnCounts &n, float (&warp)[2][32][4],
+                                                     int &round) {
+  const int slot = round & 1;
+  ++round;
+  warp_ln_post(base, rel, m2t, n, warp[slot][threadIdx.x >> 5]);
+  __syncthreads();
+  return cta_ln_merge<HOW>(warp[slot], n);
 }
 
 /* The moments of the values one thread holds, in two passes over its registers: their mean

@@ -1913,6 +1913,237 @@ static void (*fwd_loop_full_pick(int form, int vpt))(FwdParams) {
   }
 }
 
+/* ---- the batch tier (sm_90): rows of exactly a cluster's vectors, R rows a round ----
+ * The backward's batch tier (bwd_batch_kernel) in the forward's shape, for the long rows whose
+ * other kernels stay 6-15 points under the copy (run FV, H200: 16-bit LayerNorm 65536 81-82%,
+ * fp32 LayerNorm 65536 and 262144 85-86%). A cluster of CL CTAs of THREADS threads a row, each
+ * owning VPT vectors a thread of it, persistent: each cluster loops over rounds of R rows.
+ * Every thread copies its own vectors of the round S - 1 rounds ahead into shared memory by
+ * cp.async (stages from a line, smem_on_line) and reads back only what it copied, so that the
+ * stages need no barrier; it holds gamma and beta for its vectors in registers for the whole
+ * launch (read once, where the other kernels re-read them from L1 for every row). Statistics
+ * as the lean form's (each thread's values centred on their own mean, held_moments, combined by
+ * Chan's update over the warp, the CTA and the cluster in fixed order: every CTA gets the same
+ * bits), the R rows of a round behind one __syncthreads; LayerNorm exchanges a float4 a row
+ * (a RingRed each), RMSNorm its R sums of squares in one. With S = 3 (the deferred form) each
+ * round's y pass waits one round, so that the cluster's exchange overlaps the next round's
+ * first pass, as the backward batch kernel's rows of 65536. bench/tune/fwdprobe.cu (lead 52,
+ * session 58) chose the shapes (fwd_batch_shape). */
+template <typename T, int THREADS, int VPT, int R, int S, int CL, bool LN>
+__global__ void __launch_bounds__(THREADS, S *R *THREADS *VPT * 16 <= 96 * 1024 ? 2 : 1)
+    fwd_batch_kernel(FwdParams a) {
+  constexpr int VEC = 16 / (int)sizeof(T), EPT = VEC * VPT, NV = THREADS * VPT;
+  constexpr bool DEFER = S == 3;
+  static_assert(S == 2 || S == 3, "a round ahead; the deferred form holds one round longer");
+  static_assert(CL >= 2 && CL <= 16 && R >= 1 && R <= 4 && THREADS % 32 == 0,
+                "a cluster a row; one float4 of sums a round (RMSNorm)");
+  using V = Pack<T, VEC>;
+  int csize = 1, crank = 0;
+  cluster_shape(csize, crank);
+  constexpr int NRED = LN ? R : 1;
+  __shared__ RingRed red[NRED];
+#pragma unroll
+  for (int j = 0; j < NRED; ++j)
+    ring_red_init(red[j], CL);
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  V *const stage = reinterpret_cast<V *>(smem_on_line(dyn_smem)); /* [S][R][NV] */
+  const int t = threadIdx.x;
+  const int64_t col0 = (int64_t)crank * NV * VEC;
+  const int64_t unit = blockIdx.x / CL, step = gridDim.x / CL;
+  const int64_t rounds = (a.rows + R - 1) / R;
+  const T *x = (const T *)a.x;
+  T *y = (T *)a.y;
+  auto slot = [&](int s, int j, int k) { return stage + (s * R + j) * NV + k * THREADS + t; };
+  auto col_of = [&](int k) { return col0 + ((int64_t)k * THREADS + t) * VEC; };
+  auto issue = [&](int s, int64_t q) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int64_t row = q * R + j;
+      if (q < rounds && row < a.rows)
+#pragma unroll
+        for (int k = 0; k < VPT; ++k)
+          cp_async_16(slot(s, j, k), x + row * a.x_stride + col_of(k));
+    }
+    cp_async_commit();
+  };
+  V gp[VPT], bp[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const T *g = (const T *)a.gamma, *b = (const T *)a.beta;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      gp[k].v[e] = from_f32<T>(1.f);
+      bp[k].v[e] = from_f32<T>(0.f);
+    }
+    if (g)
+      gp[k] = *reinterpret_cast<const V *>(g + col_of(k));
+    if (b)
+      bp[k] = *reinterpret_cast<const V *>(b + col_of(k));
+  }
+  const LnCounts counts = ln_counts_full<EPT>((int64_t)NV * VEC);
+  const float inv_n = count_rcp((float)a.cols);
+  int par = 0, xround = 0;
+  /* A round's rows: LayerNorm, this CTA's ChunkStats and the row's RowStats (st.off against
+   * cs.ref, the CTA's own reference); RMSNorm, rstd alone. */
+  struct Rows {
+    ChunkStats cs[R];
+    RowStats st[R];
+  };
+  /* The first pass over stage c (round q): LayerNorm, each warp's terms of each row posted to
+   * red[j].warp[par]; RMSNorm, the thread's sums of squares into ssq. */
+  auto first_pass = [&](int c, int64_t q, float(&ssq)[R]) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const bool ok = q * R + j < a.rows; /* (uniform over the cluster) */
+      V raw[VPT];
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (ok) {
+          raw[k] = *slot(c, j, k);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            raw[k].v[e] = from_f32<T>(0.f);
+        }
+      }
+      if constexpr (LN) {
+        float mt, rel, m2t;
+        held_moments<T, VEC, VPT, true>(raw, NV, counts.nt, counts.inv_nt, mt, rel, m2t);
+        warp_ln_post(mt, rel, m2t, counts, red[j].warp[par][t >> 5]);
+      } else {
+        float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k)
+#pragma unroll
+          for (int e = 0; e < VEC; e += 2) {
+            const float x0 = pack_f32<T, VEC>(raw[k], e), x1 = pack_f32<T, VEC>(raw[k], e + 1);
+            p0 = fmaf(x0, x0, p0);
+            p1 = fmaf(x1, x1, p1);
+          }
+        ssq[j] = p0 + p1;
+      }
+    }
+  };
+  /* After the first pass: the CTA's terms of each row behind one __syncthreads (with `wait`,
+   * before it, the previous round's exchange read into `last`, so that the barrier stands
+   * between those reads and the post that reuses their slots), then this round's post. */
+  auto cta_post = [&](Rows &r, float(&ssq)[R], bool wait, Rows &last) {
+    if constexpr (LN) {
+      if (wait)
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+          last.st[j] = ln_rank_combine(last.cs[j], red[j].cta[cluster_wait(red[j], xround - 1)], CL,
+                                       inv_n, a.eps);
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        r.cs[j] = cta_ln_merge(red[j].warp[par], counts);
+        int xr = xround;
+        cluster_post(make_float4(r.cs[j].ref, r.cs[j].c, r.cs[j].m2, r.cs[j].n), red[j], xr, CL);
+      }
+    } else {
+      if (wait) {
+        float sums[R];
+        rank_sums<R>(red[0].cta[cluster_wait(red[0], xround - 1)], CL, sums);
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+          last.st[j].rstd = 1.f / sqrtf(sums[j] * inv_n + a.eps);
+      }
+      cta_sum_slot<R, 4>(ssq, red[0].warp, par);
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        v[j] = ssq[j];
+      int xr = xround;
+      cluster_post(make_float4(v[0], v[1], v[2], v[3]), red[0], xr, CL);
+    }
+    ++xround;
+    par ^= 1;
+  };
+  /* y of stage c (round q) from its rows' statistics. */
+  auto y_pass = [&](int c, int64_t q, const Rows &r) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int64_t row = q * R + j;
+      if (row >= a.rows)
+        break;
+      const float rstd = r.st[j].rstd, ref = LN ? r.cs[j].ref : 0.f;
+      const float shift = LN ? -r.st[j].off * rstd : 0.f;
+      if (crank == 0 && t == 0)
+        store_row_stats(a, row, LN ? r.st[j].mean : 0.f, rstd);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const V pk = *slot(c, j, k);
+        float out[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const float xv = pack_f32<T, VEC>(pk, e);
+          const float xhat = LN ? fmaf(xv - ref, rstd, shift) : xv * rstd;
+          out[e] = fmaf(xhat, pack_f32<T, VEC>(gp[k], e), pack_f32<T, VEC>(bp[k], e));
+        }
+        store_vec<T, VEC, true>(y + row * a.y_stride + col_of(k), out);
+      }
+    }
+  };
+  /* Round r's exchange read: the rows' statistics. */
+  auto wait_rows = [&](int r, Rows &rows) {
+    if constexpr (LN) {
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        rows.st[j] =
+            ln_rank_combine(rows.cs[j], red[j].cta[cluster_wait(red[j], r)], CL, inv_n, a.eps);
+    } else {
+      float sums[R];
+      rank_sums<R>(red[0].cta[cluster_wait(red[0], r)], CL, sums);
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        rows.st[j].rstd = 1.f / sqrtf(sums[j] * inv_n + a.eps);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    issue(s, unit + s * step);
+  int cur = 0;
+  Rows rows = {}, held = {};
+  float ssq[R];
+  if constexpr (!DEFER) {
+    for (int64_t q = unit; q < rounds; q += step) { /* (uniform over the cluster) */
+      /* The stage S - 1 rounds ahead held the round before this one, which this thread has read
+       * (its own copies only). */
+      issue((cur + S - 1) % S, q + (S - 1) * step);
+      cp_async_wait_n<S - 1>(); /* this round's group has landed */
+      first_pass(cur, q, ssq);
+      cta_post(rows, ssq, false, held);
+      wait_rows(xround - 1, rows);
+      y_pass(cur, q, rows);
+      cur = (cur + 1) % S;
+    }
+  } else {
+    /* Round q: its first pass; the wait for round q - 1's exchange and its statistics (before
+     * the barrier); round q's post; round q - 1's y pass; its stage refilled S - 1 rounds ahead
+     * of q. A stage holds its round from the issue until a round after its first pass. */
+    int64_t q = unit;
+    for (; q < rounds; q += step) {
+      cp_async_wait_n<S - 2>(); /* this round's group has landed */
+      const bool deferred = q != unit;
+      first_pass(cur, q, ssq);
+      cta_post(rows, ssq, deferred, held);
+      const int prev = (cur + S - 1) % S;
+      if (deferred)
+        y_pass(prev, q - step, held);
+      held = rows;
+      issue(prev, q + (S - 1) * step);
+      cur = (cur + 1) % S;
+    }
+    if (q != unit) { /* the last round's y pass */
+      wait_rows(xround - 1, held);
+      y_pass((cur + S - 1) % S, q - step, held);
+    }
+  }
+  cp_async_wait_n<0>(); /* (only empty groups can be pending) */
+  cluster_barrier(CL);  /* no CTA leaves while a peer may still write its slots */
+}
+
 /* ---- a CTA's chunk of a row staged in shared memory by bulk copies, in parts (sm_90) ----
  * fwd_bulk_kernel and fwd_hold_kernel: the chunk's `count` vectors, thread t's vectors
  * t + k * nt (k < kt), part p the rounds k in [p * kp, p * kp + kp) (vectors [lo(p), lo(p + 1))
@@ -2670,8 +2901,35 @@ static void (*fwd_rows_packed_pick(const Plan &plan, const FwdParams &a))(FwdPar
   }
 }
 
+/* The batch kernel for rows of COLS in fwd_batch_shape's shape (which must have one). */
+template <typename T, int64_t COLS, bool LN> static void (*fwd_batch_at())(FwdParams) {
+  constexpr BatchShape sh = fwd_batch_shape_of(COLS, (int)sizeof(T));
+  return fwd_batch_kernel<T, sh.threads, sh.vpt, sh.rows, sh.stages, sh.cluster, LN>;
+}
+/* The batch kernel for rows of `cols` (fwd_batch_shape's lengths), or nullptr. */
+template <typename T> static void (*fwd_batch_pick(int64_t cols, bool ln))(FwdParams) {
+  if (cols == 65536)
+    return ln ? fwd_batch_at<T, 65536, true>() : fwd_batch_at<T, 65536, false>();
+  if (cols == 262144)
+    return ln ? fwd_batch_at<T, 262144, true>() : fwd_batch_at<T, 262144, false>();
+  return nullptr;
+}
+
 template <typename T, typename P, int VEC>
 static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
+  if (plan.tier == TIER_BATCH) {
+    /* The kernel's shape must be the plan's (fwd_batch_shape), and the row exactly its vectors. */
+    int threads = 0, vpt = 0, round_rows = 0, stages = 0, cluster = 0;
+    fwd_batch_shape(a.cols, (int)sizeof(T), threads, vpt, round_rows, stages, cluster);
+    void (*k)(FwdParams) = nullptr;
+    if constexpr (VEC * sizeof(T) == 16 && std::is_same<T, P>::value)
+      k = fwd_batch_pick<T>(a.cols, a.layernorm != 0);
+    if (!k || plan.threads != threads || plan.vpt != vpt || plan.round_rows != round_rows ||
+        plan.nbuf != stages || plan.cluster != cluster ||
+        a.cols != (int64_t)threads * vpt * VEC * cluster)
+      return FNORM_ERR_UNSUPPORTED;
+    return launch_kernel(k, plan.grid, plan.threads, plan.smem, plan.cluster, stream, a);
+  }
   if (plan.tier == TIER_WARP) {
     if constexpr (VEC * sizeof(T) == 16) {
       if constexpr (std::is_same<T, P>::value)

@@ -48,8 +48,9 @@ enum Tier {
   TIER_STREAM = 3, /* backward only: rows of any length, in column blocks over several kernels */
   TIER_RING = 4,   /* sm_90, 16-byte vectors: a CTA or cluster per row, rows streamed through a
                       ring of shared-memory stages by bulk copies (nbuf stages) */
-  TIER_BATCH = 5   /* backward only, sm_90, 16-bit rows batch_shape names: a CTA or a cluster per
-                      row, several rows a round behind one barrier (bwd_batch_kernel) */
+  TIER_BATCH = 5   /* sm_90, the rows batch_shape (backward) and fwd_batch_shape (forward) name: a
+                      CTA or a cluster per row, persistent, several rows a round behind one
+                      barrier (bwd_batch_kernel, fwd_batch_kernel) */
 };
 
 /* Where a TIER_ROW CTA keeps its chunk of the row. */
@@ -370,6 +371,51 @@ constexpr void batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt,
     threads = 256, vpt = 4, rows = 2, stages = 2, cluster = 2;
   else if (clustered && (cols == 32768 || cols == 65536))
     threads = 128, vpt = 4, rows = 2, stages = cols == 65536 ? 3 : 2, cluster = (int)(cols / 4096);
+}
+
+/* The forward's batch tier (fwd_batch_kernel, sm_90, rows with gamma in their dtype; plan_forward
+ * says from how many elements): its CTAs' threads, vectors a thread, rows a round, stages (3:
+ * the deferred y pass) and cluster for rows of `cols` elements of elem_bytes, or zeros where it
+ * has no shape. bench/tune/fwdprobe.cu (lead 52, session 58, H200, LayerNorm at 2^27 elements,
+ * % of the copy, against run FV's kernels) chose them: bf16 65536 over 8 CTAs of 256 threads,
+ * two rows a round, 88.9% (81.3%); fp32 65536 over 8 of 512, two rows a round deferred, 93.8%
+ * (85.3%); fp32 262144 over 16 of 512 at 8 vectors a thread, a row a round deferred, 93.8%
+ * (85.7%); bf16 262144 over 16 of 512, two rows a round, 77.9% (75.0%). In the library, A/B run
+ * GB (H200, release builds, against the kernels these rows took before; % of the copy at 2^25 /
+ * 2^27 elements, bf16 then fp16):
+ *   LayerNorm 16-bit 65536  +4.0 / +7.6 (80.7-81.4% -> 88.4-88.9%), +2.9 / +7.1;
+ *             16-bit 262144 -2.9 / +8.3 (73.5% -> 81.7%), -4.0 / +7.4: from 2^27
+ *             (fwd_batch_min_elements; 2^26 not measured);
+ *             fp32 65536 +6.2 / +7.2 (85.5% -> 92.7%), 262144 +10.2 / +7.5 (85.5% -> 93.0%);
+ *   RMSNorm   16-bit 65536 +2.2 / -5.2, +5.0 / -5.6: the loop kernel's full form keeps it where
+ *             it takes it (from 2^26 elements);
+ *             16-bit 262144 +7.0 / +10.2 (81.9% -> 92.1%), +6.3 / +10.1;
+ *             fp32 65536 +8.9 / +3.4 (89.5% -> 92.9%), 262144 +9.8 / +9.1 (84.9% -> 94.0%). */
+constexpr void fwd_batch_shape(int64_t cols, int elem_bytes, int &threads, int &vpt, int &rows,
+                               int &stages, int &cluster) {
+  threads = vpt = rows = stages = cluster = 0;
+  if (elem_bytes == 2 && cols == 65536)
+    threads = 256, vpt = 4, rows = 2, stages = 2, cluster = 8;
+  else if (elem_bytes == 2 && cols == 262144)
+    threads = 512, vpt = 4, rows = 2, stages = 2, cluster = 16;
+  else if (elem_bytes == 4 && cols == 65536)
+    threads = 512, vpt = 4, rows = 2, stages = 3, cluster = 8;
+  else if (elem_bytes == 4 && cols == 262144)
+    threads = 512, vpt = 8, rows = 1, stages = 3, cluster = 16;
+}
+/* fwd_batch_shape as one value (the kernel's template arguments). */
+struct BatchShape {
+  int threads, vpt, rows, stages, cluster;
+};
+constexpr BatchShape fwd_batch_shape_of(int64_t cols, int elem_bytes) {
+  BatchShape sh = {0, 0, 0, 0, 0};
+  fwd_batch_shape(cols, elem_bytes, sh.threads, sh.vpt, sh.rows, sh.stages, sh.cluster);
+  return sh;
+}
+/* The elements (rows * cols) from which the forward's batch tier takes its rows: 2^25 (more
+ * than L2 holds), 16-bit LayerNorm rows of 262144 2^27 (A/B run GB above). */
+constexpr int64_t fwd_batch_min_elements(int64_t cols, int elem_bytes, bool layernorm) {
+  return layernorm && elem_bytes == 2 && cols == 262144 ? (int64_t)1 << 27 : (int64_t)1 << 25;
 }
 
 /* Rows a one-warp CTA of the forward's fwd_rows_kernel takes at a time (at 16 lanes a row: each

@@ -226,6 +226,8 @@ struct Tuning {
   int bwd_fin_vec_cols;     /* dgamma/dbeta finalize: four columns a thread (16-byte loads of the
                                partial rows) for rows of this many columns or more that are a
                                multiple of 4; 0 never */
+  int fwd_batch;            /* forward (sm_90): the batch tier on the rows fwd_batch_shape names
+                               (fwd_batch_kernel): 1; 0 never (their other kernels) */
 };
 
 Tuning tuning() {
@@ -235,7 +237,7 @@ Tuning tuning() {
               32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,          1, 1, 1,
               1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,          0, 1, 1,
               2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts, 1, 1, 1,
-              (int)kFinVecCols};
+              (int)kFinVecCols, 1};
   // clang-format on
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
@@ -297,6 +299,7 @@ Tuning tuning() {
     t.bwd_hold_stages = 1;
   t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
+  t.fwd_batch = tune_knob("FNORM_TUNE_FWD_BATCH", t.fwd_batch);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
   t.bwd_ring_more = tune_knob("FNORM_TUNE_BWD_RING_MORE", t.bwd_ring_more);
   t.bwd_cap_640 = tune_knob("FNORM_TUNE_BWD_CAP640", t.bwd_cap_640);
@@ -620,6 +623,34 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
    * elements, fp32 LayerNorm 8192 from two rows an SM (so always, where the packed form would take
    * it). */
   const int full_threads = tn.fwd_loop == -1 ? loop_full_form_threads(p, vec, dev) : 0;
+  /* The batch tier (fwd_batch_kernel): the rows fwd_batch_shape names (65536 and 262144), 16-byte
+   * vectors with gamma in their dtype, from fwd_batch_min_elements (more than L2 holds), on sm_90
+   * (clusters): a cluster a row, persistent (as many clusters as are resident), rounds of
+   * round_rows rows staged nbuf rounds deep. 16-bit RMSNorm rows the loop kernel's full form
+   * takes (65536 from 2^26 elements) keep it: the batch tier lost 5.2-5.6 points there (A/B run
+   * GB; fwd_batch_shape has the run's numbers). */
+  {
+    int bt_threads = 0, bt_vpt = 0, bt_rows = 0, bt_stages = 0, bt_cluster = 0;
+    const int elem_bytes = (int)dtype_bytes(p->dtype);
+    fwd_batch_shape(p->cols, elem_bytes, bt_threads, bt_vpt, bt_rows, bt_stages, bt_cluster);
+    const size_t smem = (size_t)bt_stages * bt_rows * bt_threads * bt_vpt * 16 + kDynSmemLinePad;
+    if (bt_threads && tn.fwd_batch == 1 && (int64_t)vec * elem_bytes == 16 && dev.cc_major >= 9 &&
+        p->param_dtype == p->dtype &&
+        p->rows * p->cols >=
+            fwd_batch_min_elements(p->cols, elem_bytes, p->norm == FNORM_LAYERNORM) &&
+        smem <= (size_t)dev.max_smem_optin &&
+        !(full_threads && elem_bytes == 2 && p->norm == FNORM_RMSNORM)) {
+      pl.tier = TIER_BATCH;
+      pl.threads = bt_threads;
+      pl.vpt = bt_vpt;
+      pl.round_rows = bt_rows;
+      pl.nbuf = bt_stages;
+      pl.cluster = bt_cluster;
+      pl.smem = smem;
+      pl.grid = -min64(ceil_div(p->rows, bt_rows), kMaxGrid / bt_cluster); /* persistent */
+      return pl;
+    }
+  }
   if (full_threads) {
     pl.tier = TIER_ROW;
     pl.mode = MODE_LOOP;
