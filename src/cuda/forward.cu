@@ -33,6 +33,9 @@
  *                     threads an SM, and reads x again for y from L1. Its clustered form
  *                     (sm_90, persistent) takes 16-bit rows of 32769-65535 and 262144-524288
  *                     elements over up to 16 CTAs (sweeps 59-60).
+ *  fwd_batch_kernel   rows of 65536 and 262144 with gamma in their dtype from 2^25 elements
+ *                     (sm_90; fwd_batch_shape): a cluster of 8 or 16 CTAs a row, persistent,
+ *                     one or two rows a round staged by cp.async, gamma and beta in registers.
  *  fwd_reg_kernel     other rows up to 16 * 512 * 32 elements: a CTA, or a cluster of up to 16
  *                     CTAs (sm_90), per row, persistent, the row in registers and the next
  *                     row's loads in flight.
