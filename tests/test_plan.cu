@@ -111,6 +111,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
     int threads = 0, vpt = 0, rows = 0, stages = 0, cluster = 0;
     const int elem_bytes = (int)fnorm_dtype_size(p.dtype);
     fwd_batch_shape(p.cols, elem_bytes, threads, vpt, rows, stages, cluster);
+    if (kTuningBuild && pl.tier == TIER_BATCH && pl.variant) /* (FNORM_TUNE_FWD_BATCH_FORM) */
+      stages = fwd_batch_form_stages(pl.variant);
     const size_t smem = (size_t)stages * rows * threads * vpt * 16 + kDynSmemLinePad;
     batch =
         threads > 0 && wide && dev.cc_major >= 9 && p.param_dtype == p.dtype &&
@@ -128,7 +130,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
       require(pl.smem == smem, "forward batch tier: its stages, from a line, in shared memory");
       const int64_t most = (int64_t)0x7fffffff / cluster;
       require(pl.grid == -(cdiv(p.rows, rows) < most ? cdiv(p.rows, rows) : most) && !pl.packed &&
-                  !pl.variant && !pl.staged && !pl.param_smem,
+                  (kTuningBuild ? pl.variant >= 0 && pl.variant <= 3 : !pl.variant) && !pl.staged &&
+                  !pl.param_smem,
               "forward batch tier: persistent, at most a cluster a round");
       return;
     }

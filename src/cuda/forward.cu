@@ -1916,6 +1916,12 @@ static void (*fwd_loop_full_pick(int form, int vpt))(FwdParams) {
   }
 }
 
+/* The forward batch kernel's CTAs an SM, by the bytes of its stages: two where they fit twice
+ * (16-bit rows of 65536). */
+constexpr int fwd_batch_ctas_an_sm(int stages, int rows, int threads, int vpt) {
+  return stages * rows * threads * vpt * 16 <= 96 * 1024 ? 2 : 1;
+}
+
 /* ---- the batch tier (sm_90): rows of exactly a cluster's vectors, R rows a round ----
  * The backward's batch tier (bwd_batch_kernel) in the forward's shape, for the long rows whose
  * other kernels stay 6-15 points under the copy (run FV, H200: 16-bit LayerNorm 65536 81-82%,
@@ -1932,12 +1938,12 @@ static void (*fwd_loop_full_pick(int form, int vpt))(FwdParams) {
  * round's y pass waits one round, so that the cluster's exchange overlaps the next round's
  * first pass, as the backward batch kernel's rows of 65536. bench/tune/fwdprobe.cu (lead 52,
  * session 58) chose the shapes (fwd_batch_shape). */
-template <typename T, int THREADS, int VPT, int R, int S, int CL, bool LN>
-__global__ void __launch_bounds__(THREADS, S *R *THREADS *VPT * 16 <= 96 * 1024 ? 2 : 1)
+template <typename T, int THREADS, int VPT, int R, int S, int CL, bool LN, bool DEFER = S == 3>
+__global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, VPT))
     fwd_batch_kernel(FwdParams a) {
   constexpr int VEC = 16 / (int)sizeof(T), EPT = VEC * VPT, NV = THREADS * VPT;
-  constexpr bool DEFER = S == 3;
-  static_assert(S == 2 || S == 3, "a round ahead; the deferred form holds one round longer");
+  static_assert((S == 2 || S == 3) && (!DEFER || S == 3),
+                "a round ahead; the deferred form holds one round longer");
   static_assert(CL >= 2 && CL <= 16 && R >= 1 && R <= 4 && THREADS % 32 == 0,
                 "a cluster a row; one float4 of sums a round (RMSNorm)");
   using V = Pack<T, VEC>;
@@ -2904,17 +2910,33 @@ static void (*fwd_rows_packed_pick(const Plan &plan, const FwdParams &a))(FwdPar
   }
 }
 
-/* The batch kernel for rows of COLS in fwd_batch_shape's shape (which must have one). */
-template <typename T, int64_t COLS, bool LN> static void (*fwd_batch_at())(FwdParams) {
+/* The batch kernel for rows of COLS in fwd_batch_shape's shape (which must have one); tuning
+ * builds also its other stage forms (FORM: fwd_batch_form_stages). */
+template <typename T, int64_t COLS, bool LN, int FORM = 0>
+static void (*fwd_batch_at())(FwdParams) {
   constexpr BatchShape sh = fwd_batch_shape_of(COLS, (int)sizeof(T));
-  return fwd_batch_kernel<T, sh.threads, sh.vpt, sh.rows, sh.stages, sh.cluster, LN>;
+  constexpr int S = FORM ? fwd_batch_form_stages(FORM) : sh.stages;
+  constexpr bool DEFER = FORM ? FORM == 2 : sh.stages == 3;
+  return fwd_batch_kernel<T, sh.threads, sh.vpt, sh.rows, S, sh.cluster, LN, DEFER>;
 }
-/* The batch kernel for rows of `cols` (fwd_batch_shape's lengths), or nullptr. */
-template <typename T> static void (*fwd_batch_pick(int64_t cols, bool ln))(FwdParams) {
+template <typename T, int64_t COLS, bool LN> static void (*fwd_batch_form(int form))(FwdParams) {
+  if constexpr (kTuningBuild) {
+    if (form == 1)
+      return fwd_batch_at<T, COLS, LN, 1>();
+    if (form == 2)
+      return fwd_batch_at<T, COLS, LN, 2>();
+    if (form == 3)
+      return fwd_batch_at<T, COLS, LN, 3>();
+  }
+  return form == 0 ? fwd_batch_at<T, COLS, LN>() : nullptr;
+}
+/* The batch kernel for rows of `cols` (fwd_batch_shape's lengths) in the plan's form (Plan
+ * variant: 0 the planned one), or nullptr. */
+template <typename T> static void (*fwd_batch_pick(int64_t cols, bool ln, int form))(FwdParams) {
   if (cols == 65536)
-    return ln ? fwd_batch_at<T, 65536, true>() : fwd_batch_at<T, 65536, false>();
+    return ln ? fwd_batch_form<T, 65536, true>(form) : fwd_batch_form<T, 65536, false>(form);
   if (cols == 262144)
-    return ln ? fwd_batch_at<T, 262144, true>() : fwd_batch_at<T, 262144, false>();
+    return ln ? fwd_batch_form<T, 262144, true>(form) : fwd_batch_form<T, 262144, false>(form);
   return nullptr;
 }
 
@@ -2926,7 +2948,9 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
     fwd_batch_shape(a.cols, (int)sizeof(T), threads, vpt, round_rows, stages, cluster);
     void (*k)(FwdParams) = nullptr;
     if constexpr (VEC * sizeof(T) == 16 && std::is_same<T, P>::value)
-      k = fwd_batch_pick<T>(a.cols, a.layernorm != 0);
+      k = fwd_batch_pick<T>(a.cols, a.layernorm != 0, plan.variant);
+    if (plan.variant)
+      stages = fwd_batch_form_stages(plan.variant);
     if (!k || plan.threads != threads || plan.vpt != vpt || plan.round_rows != round_rows ||
         plan.nbuf != stages || plan.cluster != cluster ||
         a.cols != (int64_t)threads * vpt * VEC * cluster)

@@ -412,6 +412,12 @@ constexpr BatchShape fwd_batch_shape_of(int64_t cols, int elem_bytes) {
   fwd_batch_shape(cols, elem_bytes, sh.threads, sh.vpt, sh.rows, sh.stages, sh.cluster);
   return sh;
 }
+/* Tuning builds (FNORM_TUNE_FWD_BATCH_FORM, Plan::variant): the batch kernel's stages in its other
+ * forms: 1 three stages, the y pass not deferred (two rounds in flight); 2 three, deferred; 3 two
+ * (not deferred). */
+constexpr int fwd_batch_form_stages(int form) {
+  return form == 3 ? 2 : 3;
+}
 /* The elements (rows * cols) from which the forward's batch tier takes its rows: 2^25 (more
  * than L2 holds), 16-bit LayerNorm rows of 262144 2^27 (A/B run GB above). */
 constexpr int64_t fwd_batch_min_elements(int64_t cols, int elem_bytes, bool layernorm) {

@@ -228,6 +228,8 @@ struct Tuning {
                                multiple of 4; 0 never */
   int fwd_batch;            /* forward (sm_90): the batch tier on the rows fwd_batch_shape names
                                (fwd_batch_kernel): 1; 0 never (their other kernels) */
+  int fwd_batch_form;       /* ... tuning builds: its stage form (fwd_batch_form_stages: 1 three
+                               stages, 2 three deferred, 3 two); 0 fwd_batch_shape's */
 };
 
 Tuning tuning() {
@@ -237,7 +239,7 @@ Tuning tuning() {
               32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,          1, 1, 1,
               1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,          0, 1, 1,
               2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts, 1, 1, 1,
-              (int)kFinVecCols, 1};
+              (int)kFinVecCols, 1, 0};
   // clang-format on
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
@@ -300,6 +302,7 @@ Tuning tuning() {
   t.fwd_lean_cl = tune_knob("FNORM_TUNE_FWD_LEAN_CL", t.fwd_lean_cl);
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   t.fwd_batch = tune_knob("FNORM_TUNE_FWD_BATCH", t.fwd_batch);
+  t.fwd_batch_form = tune_knob("FNORM_TUNE_FWD_BATCH_FORM", t.fwd_batch_form);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
   t.bwd_ring_more = tune_knob("FNORM_TUNE_BWD_RING_MORE", t.bwd_ring_more);
   t.bwd_cap_640 = tune_knob("FNORM_TUNE_BWD_CAP640", t.bwd_cap_640);
@@ -633,6 +636,11 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
     int bt_threads = 0, bt_vpt = 0, bt_rows = 0, bt_stages = 0, bt_cluster = 0;
     const int elem_bytes = (int)dtype_bytes(p->dtype);
     fwd_batch_shape(p->cols, elem_bytes, bt_threads, bt_vpt, bt_rows, bt_stages, bt_cluster);
+    const int form = kTuningBuild && tn.fwd_batch_form >= 1 && tn.fwd_batch_form <= 3
+                         ? tn.fwd_batch_form
+                         : 0; /* (tuning builds) */
+    if (form)
+      bt_stages = fwd_batch_form_stages(form);
     const size_t smem = (size_t)bt_stages * bt_rows * bt_threads * bt_vpt * 16 + kDynSmemLinePad;
     if (bt_threads && tn.fwd_batch == 1 && (int64_t)vec * elem_bytes == 16 && dev.cc_major >= 9 &&
         p->param_dtype == p->dtype &&
@@ -645,6 +653,7 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
       pl.vpt = bt_vpt;
       pl.round_rows = bt_rows;
       pl.nbuf = bt_stages;
+      pl.variant = form;
       pl.cluster = bt_cluster;
       pl.smem = smem;
       pl.grid = -min64(ceil_div(p->rows, bt_rows), kMaxGrid / bt_cluster); /* persistent */
