@@ -1934,10 +1934,11 @@ constexpr int fwd_batch_ctas_an_sm(int stages, int rows, int threads, int vpt) {
  * as the lean form's (each thread's values centred on their own mean, held_moments, combined by
  * Chan's update over the warp, the CTA and the cluster in fixed order: every CTA gets the same
  * bits), the R rows of a round behind one __syncthreads; LayerNorm exchanges a float4 a row
- * (a RingRed each), RMSNorm its R sums of squares in one. With S = 3 (the deferred form) each
- * round's y pass waits one round, so that the cluster's exchange overlaps the next round's
- * first pass, as the backward batch kernel's rows of 65536. bench/tune/fwdprobe.cu (lead 52,
- * session 58) chose the shapes (fwd_batch_shape). */
+ * (a RingRed each), RMSNorm its R sums of squares in one. With DEFER (three stages: the shapes
+ * of three stages in fwd_batch_shape) each round's y pass waits one round, so that the cluster's
+ * exchange overlaps the next round's first pass, as the backward batch kernel's rows of 65536.
+ * bench/tune/fwdprobe.cu (lead 52, run in session 58) chose the shapes; A/B run GB measured them
+ * in the library (fwd_batch_shape has both). */
 template <typename T, int THREADS, int VPT, int R, int S, int CL, bool LN, bool DEFER = S == 3>
 __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, VPT))
     fwd_batch_kernel(FwdParams a) {
