@@ -911,31 +911,44 @@ void check_choices() {
                "32768");
       }
     }
-  /* The forward's batch tier on 16-bit rows (A/B run GB): LayerNorm 262144 from 2^27 elements
-   * (at 2^25 it lost 2.9-4.0 points to the lean form over a cluster), RMSNorm 262144 from 2^25,
-   * RMSNorm 65536 from 2^25 up to where the loop kernel's full form takes it (2^26); on sm_80
-   * never. */
+  /* The forward's batch tier (A/B run GB): fp32 rows of 65536 and 262144 from 2^25 elements (below,
+   * other kernels: the register kernel's fp32 LayerNorm forms are checked below), 16-bit LayerNorm
+   * 262144 from 2^27 (at 2^25 it lost 2.9-4.0 points to the lean form over a cluster), RMSNorm
+   * 262144 from 2^25, RMSNorm 65536 from 2^25 up to where the loop kernel's full form takes it
+   * (2^26); never with fp32 gamma on 16-bit rows, never on sm_80. */
   {
-    p = problem(BF16, LN, 512, 262144);
-    expect(h200, BF16, LN, 512, 262144, false, plan_forward(&p, 8, h200.info).tier == TIER_BATCH,
-           "LayerNorm 262144 at 2^27 elements: the batch tier");
-    expect(h200, BF16, LN, 512, 262144, false, plan_forward(&p, 8, a100.info).tier != TIER_BATCH,
-           "sm_80: not the batch tier");
-    p.rows = 256;
-    expect(h200, BF16, LN, 256, 262144, false, plan_forward(&p, 8, h200.info).tier != TIER_BATCH,
-           "LayerNorm 262144 below 2^27 elements: not the batch tier");
-    p = problem(F16, RMS, 128, 262144);
-    expect(h200, F16, RMS, 128, 262144, false, plan_forward(&p, 8, h200.info).tier == TIER_BATCH,
-           "RMSNorm 262144 at 2^25 elements: the batch tier");
-    p = problem(BF16, RMS, 512, 65536);
-    expect(h200, BF16, RMS, 512, 65536, false, plan_forward(&p, 8, h200.info).tier == TIER_BATCH,
-           "RMSNorm 65536 at 2^25 elements: the batch tier");
-    p.rows = 1024;
+    static const struct {
+      fnorm_dtype dt;
+      fnorm_norm norm;
+      int64_t rows, cols;
+      bool batch;
+      const char *why;
+    } batch_rows[] = {
+        {F32, LN, 2048, 65536, true, "fp32 65536 at 2^27 elements"},
+        {F32, LN, 512, 262144, true, "fp32 262144 at 2^27 elements"},
+        {F32, LN, 256, 65536, false, "fp32 65536 at 2^24 elements"},
+        {BF16, LN, 512, 262144, true, "16-bit LayerNorm 262144 at 2^27 elements"},
+        {BF16, LN, 256, 262144, false, "16-bit LayerNorm 262144 at 2^26 elements"},
+        {F16, RMS, 128, 262144, true, "16-bit RMSNorm 262144 at 2^25 elements"},
+        {BF16, RMS, 512, 65536, true, "16-bit RMSNorm 65536 at 2^25 elements"},
+        {BF16, RMS, 1024, 65536, false, "16-bit RMSNorm 65536 at 2^26 elements (the full form)"}};
+    for (const auto &c : batch_rows) {
+      p = problem(c.dt, c.norm, c.rows, c.cols);
+      const int vec = c.dt == F32 ? 4 : 8;
+      expect(h200, c.dt, c.norm, c.rows, c.cols, false,
+             (plan_forward(&p, vec, h200.info).tier == TIER_BATCH) == c.batch, c.why);
+      expect(h200, c.dt, c.norm, c.rows, c.cols, false,
+             plan_forward(&p, vec, a100.info).tier != TIER_BATCH, "sm_80: not the batch tier");
+      if (c.dt != F32) {
+        p.param_dtype = F32;
+        expect(h200, c.dt, c.norm, c.rows, c.cols, false,
+               plan_forward(&p, vec, h200.info).tier != TIER_BATCH,
+               "fp32 gamma: not the batch tier");
+      }
+    }
+    p = problem(BF16, RMS, 1024, 65536);
     expect(h200, BF16, RMS, 1024, 65536, false, plan_forward(&p, 8, h200.info).mode == MODE_LOOP,
            "RMSNorm 65536 at 2^26 elements: the loop kernel's full form");
-    p.param_dtype = FNORM_DTYPE_F32;
-    expect(h200, BF16, RMS, 1024, 65536, false, plan_forward(&p, 8, h200.info).tier != TIER_BATCH,
-           "fp32 gamma: not the batch tier");
   }
   /* fp32 RMSNorm 5120: the full form at 320 threads of four vectors from 2^26 elements (sweep
    * 101), at 160 of eight below */
@@ -1018,13 +1031,6 @@ void check_choices() {
     pl = plan_forward(&p, 4, h200.info);
     expect(h200, F32, LN, 96, 262144, false, pl.mode == MODE_REG && pl.variant == 1,
            "one barrier's statistics");
-    /* (from 2^25 elements the batch tier, A/B run GB) */
-    p = problem(F32, LN, 2048, 65536);
-    expect(h200, F32, LN, 2048, 65536, false, plan_forward(&p, 4, h200.info).tier == TIER_BATCH,
-           "the batch tier");
-    p = problem(F32, LN, 512, 262144);
-    expect(h200, F32, LN, 512, 262144, false, plan_forward(&p, 4, h200.info).tier == TIER_BATCH,
-           "the batch tier");
     p = problem(F32, LN, 64, 65536);
     pl = plan_forward(&p, 4, h200.info);
     expect(h200, F32, LN, 64, 65536, false, pl.mode == MODE_REG && pl.variant == 0,
