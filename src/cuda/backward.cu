@@ -702,14 +702,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
         sums[i] += xchg[parity][w][i];
     parity ^= 1;
   };
-  /* A round's K * R sums as the one float4 a CTA sends its cluster (zero past them). */
-  auto as_float4 = [](const float(&sums)[K * R]) {
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < K * R; ++i)
-      v[i] = sums[i];
-    return make_float4(v[0], v[1], v[2], v[3]);
-  };
   /* The second pass over stage c (round q): dx from the row sums. */
   auto second_pass = [&](int c, int64_t q, const float(&mu)[R], const float(&rs)[R],
                          const float(&sums)[K * R]) {
@@ -764,7 +756,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
         /* The first pass's __syncthreads stands between this exchange and the previous
          * round's reads of its slots (cluster_exchange); every CTA of the cluster runs every
          * round. */
-        cluster_sums(cluster_exchange(as_float4(sums), cluster_red_slots(), xround, CL), sums);
+        cluster_sums(cluster_exchange(float4_of(sums), cluster_red_slots(), xround, CL), sums);
       }
       second_pass(cur, q, mu, rs, sums);
       cur = (cur + 1) % S;
@@ -786,7 +778,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_batch_kernel(BwdParams a) {
       float mu[R], rs[R], sums[K * R];
       stats_of(cur, mu, rs);
       first_pass(cur, q, mu, rs, sums, deferred);
-      cluster_post(as_float4(sums), cluster_red_slots(), xround, CL);
+      cluster_post(float4_of(sums), cluster_red_slots(), xround, CL);
       const int prev = (cur + S - 1) % S;
       if (deferred) {
         stats_of(prev, mu, rs);

@@ -76,6 +76,28 @@ __device__ __forceinline__ void unpack_f32(const Pack<T, VEC> &pk, float *out) {
     out[e] = pack_f32<T, VEC>(pk, e);
 }
 
+/* A pack's squares added into two partial sums, even elements into p0 and odd into p1 (RMSNorm's
+ * sum of squares, two chains of fmas). */
+template <typename T, int VEC>
+__device__ __forceinline__ void add_squares(const Pack<T, VEC> &pk, float &p0, float &p1) {
+#pragma unroll
+  for (int e = 0; e < VEC; e += 2) {
+    const float x0 = pack_f32<T, VEC>(pk, e), x1 = pack_f32<T, VEC>(pk, e + 1);
+    p0 = fmaf(x0, x0, p0);
+    p1 = fmaf(x1, x1, p1);
+  }
+}
+
+/* K <= 4 values as one float4, zero past them (what a CTA sends its cluster in one exchange). */
+template <int K> __device__ __forceinline__ float4 float4_of(const float (&v)[K]) {
+  static_assert(K >= 1 && K <= 4, "a float4's components");
+  float w[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    w[i] = v[i];
+  return make_float4(w[0], w[1], w[2], w[3]);
+}
+
 /* A row vector read once: bypass L1 (ld.global.L1::no_allocate), so that the streams of
  * x and dy do not evict gamma and beta, which every row re-reads from L1. */
 template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> load_stream(const T *p) {

@@ -1149,12 +1149,7 @@ __global__ void __launch_bounds__(1024, MINB) fwd_lean_kernel(FwdParams a) {
         }
 #pragma unroll
         for (int u = 0; u < 4 && k0 + u < VPT; ++u)
-#pragma unroll
-          for (int e = 0; e < VEC; e += 2) {
-            const float x0 = pack_f32<T, VEC>(raw[u], e), x1 = pack_f32<T, VEC>(raw[u], e + 1);
-            p0 = fmaf(x0, x0, p0);
-            p1 = fmaf(x1, x1, p1);
-          }
+          add_squares<T, VEC>(raw[u], p0, p1);
       }
       float s[1] = {p0 + p1};
       cta_sum_slot<1>(s, warp, round & 1);
@@ -2024,48 +2019,44 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
         float p0 = 0.f, p1 = 0.f;
 #pragma unroll
         for (int k = 0; k < VPT; ++k)
-#pragma unroll
-          for (int e = 0; e < VEC; e += 2) {
-            const float x0 = pack_f32<T, VEC>(raw[k], e), x1 = pack_f32<T, VEC>(raw[k], e + 1);
-            p0 = fmaf(x0, x0, p0);
-            p1 = fmaf(x1, x1, p1);
-          }
+          add_squares<T, VEC>(raw[k], p0, p1);
         ssq[j] = p0 + p1;
       }
     }
   };
-  /* After the first pass: the CTA's terms of each row behind one __syncthreads (with `wait`,
-   * before it, the previous round's exchange read into `last`, so that the barrier stands
-   * between those reads and the post that reuses their slots), then this round's post. */
-  auto cta_post = [&](Rows &r, float(&ssq)[R], bool wait, Rows &last) {
+  /* Round r's exchange read: the rows' statistics. */
+  auto wait_rows = [&](int r, Rows &rows) {
     if constexpr (LN) {
-      if (wait)
 #pragma unroll
-        for (int j = 0; j < R; ++j)
-          last.st[j] = ln_rank_combine(last.cs[j], red[j].cta[cluster_wait(red[j], xround - 1)], CL,
-                                       inv_n, a.eps);
+      for (int j = 0; j < R; ++j)
+        rows.st[j] =
+            ln_rank_combine(rows.cs[j], red[j].cta[cluster_wait(red[j], r)], CL, inv_n, a.eps);
+    } else {
+      float sums[R];
+      rank_sums<R>(red[0].cta[cluster_wait(red[0], r)], CL, sums);
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        rows.st[j].rstd = 1.f / sqrtf(sums[j] * inv_n + a.eps);
+    }
+  };
+  /* After the first pass: the CTA's terms of each row behind one __syncthreads (with `wait`,
+   * before it, the previous round's exchange read into `last` (wait_rows), so that the barrier
+   * stands between those reads and the post that reuses their slots), then this round's post. */
+  auto cta_post = [&](Rows &r, float(&ssq)[R], bool wait, Rows &last) {
+    if (wait)
+      wait_rows(xround - 1, last);
+    if constexpr (LN) {
       __syncthreads();
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         r.cs[j] = cta_ln_merge(red[j].warp[par], counts);
-        int xr = xround;
+        int xr = xround; /* (each row's RingRed in the same round) */
         cluster_post(make_float4(r.cs[j].ref, r.cs[j].c, r.cs[j].m2, r.cs[j].n), red[j], xr, CL);
       }
     } else {
-      if (wait) {
-        float sums[R];
-        rank_sums<R>(red[0].cta[cluster_wait(red[0], xround - 1)], CL, sums);
-#pragma unroll
-        for (int j = 0; j < R; ++j)
-          last.st[j].rstd = 1.f / sqrtf(sums[j] * inv_n + a.eps);
-      }
       cta_sum_slot<R, 4>(ssq, red[0].warp, par);
-      float v[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < R; ++j)
-        v[j] = ssq[j];
       int xr = xround;
-      cluster_post(make_float4(v[0], v[1], v[2], v[3]), red[0], xr, CL);
+      cluster_post(float4_of(ssq), red[0], xr, CL);
     }
     ++xround;
     par ^= 1;
@@ -2093,21 +2084,6 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
         }
         store_vec<T, VEC, true>(y + row * a.y_stride + col_of(k), out);
       }
-    }
-  };
-  /* Round r's exchange read: the rows' statistics. */
-  auto wait_rows = [&](int r, Rows &rows) {
-    if constexpr (LN) {
-#pragma unroll
-      for (int j = 0; j < R; ++j)
-        rows.st[j] =
-            ln_rank_combine(rows.cs[j], red[j].cta[cluster_wait(red[j], r)], CL, inv_n, a.eps);
-    } else {
-      float sums[R];
-      rank_sums<R>(red[0].cta[cluster_wait(red[0], r)], CL, sums);
-#pragma unroll
-      for (int j = 0; j < R; ++j)
-        rows.st[j].rstd = 1.f / sqrtf(sums[j] * inv_n + a.eps);
     }
   };
 #pragma unroll
