@@ -464,7 +464,8 @@ static void cuda_sizes(void) {
   /* The forward's batch tier (fwd_batch_kernel, sm_90; fwd_batch_shape): rows of 65536 and 262144
    * with gamma in their dtype from 2^25 elements (16-bit LayerNorm 262144 from 2^27; 16-bit
    * RMSNorm 65536 below 2^26), a cluster of 8 or 16 CTAs a row, persistent: 16-bit rows two a
-   * round (two stages), fp32 65536 two a round and 262144 one (the deferred form, three stages),
+   * round (two stages; LayerNorm 262144 three, deferred), fp32 65536 two a round and 262144 one
+   * (the deferred form, three stages),
    * LayerNorm and RMSNorm. One row past those elements, so that the last round of two has a row
    * past the last. Each also with aligned strides and no gamma/beta or
    * statistics (forward_cases), then on a 1e4 offset (even entries) or with NaN/Inf in some rows

@@ -110,7 +110,8 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   {
     int threads = 0, vpt = 0, rows = 0, stages = 0, cluster = 0;
     const int elem_bytes = (int)fnorm_dtype_size(p.dtype);
-    fwd_batch_shape(p.cols, elem_bytes, threads, vpt, rows, stages, cluster);
+    fwd_batch_shape(p.cols, elem_bytes, p.norm == FNORM_LAYERNORM, threads, vpt, rows, stages,
+                    cluster);
     if (kTuningBuild && pl.tier == TIER_BATCH && pl.variant) /* (FNORM_TUNE_FWD_BATCH_FORM) */
       stages = fwd_batch_form_stages(pl.variant);
     const size_t smem = (size_t)stages * rows * threads * vpt * 16 + kDynSmemLinePad;

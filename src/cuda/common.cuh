@@ -56,13 +56,22 @@ template <typename T, int VEC> struct alignas(sizeof(T) * VEC) Pack { T v[VEC]; 
 
 /* Element e of a pack as fp32. A bf16 element is widened straight from the 32-bit word that
  * holds it with its neighbour (the low one shifted up, the high one masked: one instruction
- * each, where the compiler's per-element conversion takes two for the high one). Exact. */
-template <typename T, int VEC>
+ * each, where the compiler's per-element conversion takes two for the high one). Exact.
+ * HALF_WORDS: fp16 elements too are read from their 32-bit word (its low or high half), so that a
+ * pack held across a loop stays four words: read an element at a time, fwd_batch_kernel's fp16
+ * gamma and beta took a register an element and its three-stage LayerNorm form spilled. */
+template <typename T, int VEC, bool HALF_WORDS = false>
 __device__ __forceinline__ float pack_f32(const Pack<T, VEC> &pk, int e) {
   if constexpr (std::is_same<T, bf16>::value && VEC % 2 == 0) {
     unsigned w;
     memcpy(&w, &pk.v[e & ~1], 4);
     return __uint_as_float(e & 1 ? w & 0xffff0000u : w << 16);
+  } else if constexpr (HALF_WORDS && std::is_same<T, f16>::value && VEC % 2 == 0) {
+    unsigned w;
+    memcpy(&w, &pk.v[e & ~1], 4);
+    __half2 h;
+    memcpy(&h, &w, 4);
+    return e & 1 ? __high2float(h) : __low2float(h);
   } else {
     return to_f32(pk.v[e]);
   }
@@ -531,14 +540,26 @@ __device__ __forceinline__ void mbar_expect_at(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+/* SUSPEND: each try_wait may suspend the thread up to 10 ms (a time hint; it resumes as the phase
+ * completes), where the plain try_wait gives up sooner and the loop spins: fwd_batch_kernel's
+ * LayerNorm form spent 4% of its issued instructions in that loop (ncu35). */
+template <bool SUSPEND = false>
 __device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
+    if constexpr (SUSPEND)
+      asm volatile("{\n .reg .pred p;\n"
+                   " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+                   " selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity), "r"(10000000u)
+                   : "memory");
+    else
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
   } while (!done);
 }
 #endif
@@ -778,10 +799,11 @@ __device__ __forceinline__ void cluster_post(float4 v, RingRed &sm, int &xround,
 #endif
   ++xround;
 }
+template <bool SUSPEND = false>
 __device__ __forceinline__ int cluster_wait(RingRed &sm, int round) {
   const int slot = round & 1;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  mbar_wait_at(smem_addr(&sm.xbar[slot]), (uint32_t)(round >> 1) & 1u);
+  mbar_wait_at<SUSPEND>(smem_addr(&sm.xbar[slot]), (uint32_t)(round >> 1) & 1u);
 #else
   (void)sm;
 #endif

@@ -1929,11 +1929,17 @@ constexpr int fwd_batch_ctas_an_sm(int stages, int rows, int threads, int vpt) {
  * as the lean form's (each thread's values centred on their own mean, held_moments, combined by
  * Chan's update over the warp, the CTA and the cluster in fixed order: every CTA gets the same
  * bits), the R rows of a round behind one __syncthreads; LayerNorm exchanges a float4 a row
- * (a RingRed each), RMSNorm its R sums of squares in one. With DEFER (three stages: the shapes
- * of three stages in fwd_batch_shape) each round's y pass waits one round, so that the cluster's
- * exchange overlaps the next round's first pass, as the backward batch kernel's rows of 65536.
- * bench/tune/fwdprobe.cu (lead 52, run in session 58) chose the shapes; A/B run GB measured them
- * in the library (fwd_batch_shape has both). */
+ * (a RingRed each), RMSNorm its R sums of squares in one. Only warp 0 merges the CTA's
+ * LayerNorm terms (it alone posts them), and every warp combines the cluster's relative to rank
+ * 0's reference: ncu35 (bf16 LayerNorm 262144) had counted 18 instructions an element, a shuffle
+ * among them, where RMSNorm takes about 11; with the word reads below and the exchange's wait
+ * suspended rather than spinning, 14 in ncu36, whose build also took x * rstd - mean * rstd as
+ * one fma in the y pass (an instruction an element fewer; not kept: it lost the 16-bit rows of
+ * a 1e4 offset, whose rstd is large, to the rounding of mean * rstd). With DEFER (three stages: the
+ * shapes of three stages in fwd_batch_shape) each round's y pass waits one round, so that the
+ * cluster's exchange overlaps the next round's first pass, as the backward batch kernel's rows of
+ * 65536. bench/tune/fwdprobe.cu (lead 52, run in session 58) chose the shapes; A/B run GB measured
+ * them in the library (fwd_batch_shape has both). */
 template <typename T, int THREADS, int VPT, int R, int S, int CL, bool LN, bool DEFER = S == 3>
 __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, VPT))
     fwd_batch_kernel(FwdParams a) {
@@ -1988,10 +1994,10 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
   const LnCounts counts = ln_counts_full<EPT>((int64_t)NV * VEC);
   const float inv_n = count_rcp((float)a.cols);
   int par = 0, xround = 0;
-  /* A round's rows: LayerNorm, this CTA's ChunkStats and the row's RowStats (st.off against
-   * cs.ref, the CTA's own reference); RMSNorm, rstd alone. */
+  /* A round's rows' statistics: LayerNorm, the row's RowStats against ref, rank 0's reference
+   * (st.off the mean's offset from it); RMSNorm, rstd alone. */
   struct Rows {
-    ChunkStats cs[R];
+    float ref[R];
     RowStats st[R];
   };
   /* The first pass over stage c (round q): LayerNorm, each warp's terms of each row posted to
@@ -1999,17 +2005,14 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
   auto first_pass = [&](int c, int64_t q, float(&ssq)[R]) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      const bool ok = q * R + j < a.rows; /* (uniform over the cluster) */
+      /* A row past the last (the last round's) reads whatever its slot holds: its statistics
+       * are exchanged but never used, and its y is not stored. Read as whole words: a select
+       * of zeros for it cost the 16-bit forms 21 byte permutes a row (ncu35). */
       V raw[VPT];
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        if (ok) {
-          raw[k] = *slot(c, j, k);
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            raw[k].v[e] = from_f32<T>(0.f);
-        }
+        const uint4 w = *reinterpret_cast<const uint4 *>(slot(c, j, k));
+        memcpy(&raw[k], &w, 16);
       }
       if constexpr (LN) {
         float mt, rel, m2t;
@@ -2027,13 +2030,22 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
   /* Round r's exchange read: the rows' statistics. */
   auto wait_rows = [&](int r, Rows &rows) {
     if constexpr (LN) {
+      /* Every row's slots first, then their combinations, which the compiler may interleave.
+       * Relative to rank 0's reference (a ChunkStats of it alone: st.off is then the mean's
+       * offset from it), so that only the CTA's warp 0, which posts, merges the CTA's terms. */
+      const float4 *slots[R];
 #pragma unroll
       for (int j = 0; j < R; ++j)
-        rows.st[j] =
-            ln_rank_combine(rows.cs[j], red[j].cta[cluster_wait(red[j], r)], CL, inv_n, a.eps);
+        slots[j] = red[j].cta[cluster_wait<true>(red[j], r)];
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const ChunkStats rank0 = {slots[j][0].x, 0.f, 0.f, 0.f};
+        rows.ref[j] = rank0.ref;
+        rows.st[j] = ln_rank_combine(rank0, slots[j], CL, inv_n, a.eps);
+      }
     } else {
       float sums[R];
-      rank_sums<R>(red[0].cta[cluster_wait(red[0], r)], CL, sums);
+      rank_sums<R>(red[0].cta[cluster_wait<true>(red[0], r)], CL, sums);
 #pragma unroll
       for (int j = 0; j < R; ++j)
         rows.st[j].rstd = 1.f / sqrtf(sums[j] * inv_n + a.eps);
@@ -2042,16 +2054,24 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
   /* After the first pass: the CTA's terms of each row behind one __syncthreads (with `wait`,
    * before it, the previous round's exchange read into `last` (wait_rows), so that the barrier
    * stands between those reads and the post that reuses their slots), then this round's post. */
-  auto cta_post = [&](Rows &r, float(&ssq)[R], bool wait, Rows &last) {
+  auto cta_post = [&](float(&ssq)[R], bool wait, Rows &last) {
     if (wait)
       wait_rows(xround - 1, last);
     if constexpr (LN) {
       __syncthreads();
+      /* Only warp 0's threads post (cluster_send); the other warps skip the merge. (The warp's
+       * index through a shuffle: the compiler then knows the branch whole for each warp, where
+       * on t < 32 it wraps the merge's shuffles in code for a divided warp.) */
+      const int warp = __shfl_sync(0xffffffffu, t >> 5, 0);
 #pragma unroll
       for (int j = 0; j < R; ++j) {
-        r.cs[j] = cta_ln_merge(red[j].warp[par], counts);
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (warp == 0) {
+          const ChunkStats cs = cta_ln_merge(red[j].warp[par], counts);
+          v = make_float4(cs.ref, cs.c, cs.m2, cs.n);
+        }
         int xr = xround; /* (each row's RingRed in the same round) */
-        cluster_post(make_float4(r.cs[j].ref, r.cs[j].c, r.cs[j].m2, r.cs[j].n), red[j], xr, CL);
+        cluster_post(v, red[j], xr, CL);
       }
     } else {
       cta_sum_slot<R, 4>(ssq, red[0].warp, par);
@@ -2068,7 +2088,7 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
       const int64_t row = q * R + j;
       if (row >= a.rows)
         break;
-      const float rstd = r.st[j].rstd, ref = LN ? r.cs[j].ref : 0.f;
+      const float rstd = r.st[j].rstd, ref = LN ? r.ref[j] : 0.f;
       const float shift = LN ? -r.st[j].off * rstd : 0.f;
       if (crank == 0 && t == 0)
         store_row_stats(a, row, LN ? r.st[j].mean : 0.f, rstd);
@@ -2078,9 +2098,9 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
         float out[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const float xv = pack_f32<T, VEC>(pk, e);
+          const float xv = pack_f32<T, VEC, true>(pk, e);
           const float xhat = LN ? fmaf(xv - ref, rstd, shift) : xv * rstd;
-          out[e] = fmaf(xhat, pack_f32<T, VEC>(gp[k], e), pack_f32<T, VEC>(bp[k], e));
+          out[e] = fmaf(xhat, pack_f32<T, VEC, true>(gp[k], e), pack_f32<T, VEC, true>(bp[k], e));
         }
         store_vec<T, VEC, true>(y + row * a.y_stride + col_of(k), out);
       }
@@ -2099,7 +2119,7 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
       issue((cur + S - 1) % S, q + (S - 1) * step);
       cp_async_wait_n<S - 1>(); /* this round's group has landed */
       first_pass(cur, q, ssq);
-      cta_post(rows, ssq, false, held);
+      cta_post(ssq, false, held);
       wait_rows(xround - 1, rows);
       y_pass(cur, q, rows);
       cur = (cur + 1) % S;
@@ -2113,10 +2133,13 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
       cp_async_wait_n<S - 2>(); /* this round's group has landed */
       const bool deferred = q != unit;
       first_pass(cur, q, ssq);
-      cta_post(rows, ssq, deferred, held);
+      cta_post(ssq, deferred, held);
       const int prev = (cur + S - 1) % S;
       if (deferred)
         y_pass(prev, q - step, held);
+      /* (rows is never written: wait_rows fills held before each y pass. The reset stays
+       * because A/B run GI measured the code with it; without it the deferred forms' machine
+       * code differs.) */
       held = rows;
       issue(prev, q + (S - 1) * step);
       cur = (cur + 1) % S;
@@ -2891,7 +2914,7 @@ static void (*fwd_rows_packed_pick(const Plan &plan, const FwdParams &a))(FwdPar
  * builds also its other stage forms (FORM: fwd_batch_form_stages). */
 template <typename T, int64_t COLS, bool LN, int FORM = 0>
 static void (*fwd_batch_at())(FwdParams) {
-  constexpr BatchShape sh = fwd_batch_shape_of(COLS, (int)sizeof(T));
+  constexpr BatchShape sh = fwd_batch_shape_of(COLS, (int)sizeof(T), LN);
   constexpr int S = FORM ? fwd_batch_form_stages(FORM) : sh.stages;
   constexpr bool DEFER = FORM ? FORM == 2 : sh.stages == 3;
   return fwd_batch_kernel<T, sh.threads, sh.vpt, sh.rows, S, sh.cluster, LN, DEFER>;
@@ -2922,7 +2945,8 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_BATCH) {
     /* The kernel's shape must be the plan's (fwd_batch_shape), and the row exactly its vectors. */
     int threads = 0, vpt = 0, round_rows = 0, stages = 0, cluster = 0;
-    fwd_batch_shape(a.cols, (int)sizeof(T), threads, vpt, round_rows, stages, cluster);
+    fwd_batch_shape(a.cols, (int)sizeof(T), a.layernorm != 0, threads, vpt, round_rows, stages,
+                    cluster);
     void (*k)(FwdParams) = nullptr;
     if constexpr (VEC * sizeof(T) == 16 && std::is_same<T, P>::value)
       k = fwd_batch_pick<T>(a.cols, a.layernorm != 0, plan.variant);

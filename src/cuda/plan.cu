@@ -635,7 +635,8 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
   {
     int bt_threads = 0, bt_vpt = 0, bt_rows = 0, bt_stages = 0, bt_cluster = 0;
     const int elem_bytes = (int)dtype_bytes(p->dtype);
-    fwd_batch_shape(p->cols, elem_bytes, bt_threads, bt_vpt, bt_rows, bt_stages, bt_cluster);
+    fwd_batch_shape(p->cols, elem_bytes, p->norm == FNORM_LAYERNORM, bt_threads, bt_vpt, bt_rows,
+                    bt_stages, bt_cluster);
     const int form = kTuningBuild && tn.fwd_batch_form >= 1 && tn.fwd_batch_form <= 3
                          ? tn.fwd_batch_form
                          : 0; /* (tuning builds) */
