@@ -1931,7 +1931,7 @@ constexpr int fwd_batch_ctas_an_sm(int stages, int rows, int threads, int vpt) {
  * bits), the R rows of a round behind one __syncthreads; LayerNorm exchanges a float4 a row
  * (a RingRed each), RMSNorm its R sums of squares in one. Only warp 0 merges the CTA's
  * LayerNorm terms (it alone posts them), and every warp combines the cluster's relative to rank
- * 0's reference: ncu35 (bf16 LayerNorm 262144) had counted 18 instructions an element, a shuffle
+ * 0's reference: ncu35 (bf16 LayerNorm 262144) had counted 17 instructions an element, a shuffle
  * among them, where RMSNorm takes about 11; with the word reads below and the exchange's wait
  * suspended rather than spinning, 14 in ncu36, whose build also took x * rstd - mean * rstd as
  * one fma in the y pass (an instruction an element fewer; not kept: it lost the 16-bit rows of
