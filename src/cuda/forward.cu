@@ -2032,7 +2032,9 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
     if constexpr (LN) {
       /* Every row's slots first, then their combinations, which the compiler may interleave.
        * Relative to rank 0's reference (a ChunkStats of it alone: st.off is then the mean's
-       * offset from it), so that only the CTA's warp 0, which posts, merges the CTA's terms. */
+       * offset from it), so that only the CTA's warp 0, which posts, merges the CTA's terms.
+       * That reference is one thread's mean of its values, as the CTA's own was: the y pass's
+       * x - ref and off are as near the data as before. */
       const float4 *slots[R];
 #pragma unroll
       for (int j = 0; j < R; ++j)
