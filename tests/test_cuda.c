@@ -314,9 +314,11 @@ static void cuda_sizes(void) {
   }
   /* The forward hold kernel (fp32 RMSNorm rows past the register kernel's on sm_90, not in place:
    * each row held whole in shared memory, cut into chunks over one cooperative launch of two
-   * CTAs an SM, hold_shape), beside the same LayerNorm rows (the streaming kernel; in tuning
-   * builds with FNORM_TUNE_FWD_HOLD=2 the hold kernel's LayerNorm form): 802816 (33 chunks of
-   * 6082 vectors, 8 rows at a time on an H200) at 19 rows (a last round of 3 rows), with explicit
+   * CTAs an SM, hold_shape), beside the same LayerNorm rows (802816: the spread kernel, one
+   * cooperative launch of a CTA an SM, each a chunk of every row; 300004 and 2^20 the streaming
+   * kernel; in tuning builds with FNORM_TUNE_FWD_HOLD=2 the hold kernel's LayerNorm form): 802816
+   * (RMSNorm: 33 chunks of 6082 vectors, 8 rows at a time on an H200; LayerNorm: 132 chunks, y
+   * three rows behind) at 19 rows (a last round of 3 rows), with explicit
    * strides and no gamma, beta, mean or rstd too; 300004 at 80 rows (a shorter last chunk); 2^20
    * at one row (over every CTA); the 1e4 offset, NaN/Inf rows, and in place (the streaming
    * kernel instead); RMSNorm with beta too. Under --quick 802816 alone. */
@@ -1150,11 +1152,13 @@ static void cuda_special(void) {
       "forward x=NULL", "forward y misaligned",  "forward y overlapping x",
       "forward eps=0",  "backward dgamma == dx", "backward workspace one byte too small"};
   /* (RMSNorm fp32 802816: the forward's hold kernel, a cooperative launch, on sm_90; LayerNorm
-   * fp32 2^20: the backward's hold tier, a cooperative launch followed by the finalize) */
+   * fp32 802816: the forward's spread kernel, likewise; LayerNorm fp32 2^20: the backward's hold
+   * tier, a cooperative launch followed by the finalize) */
   static const problem_shape graphs[] = {
       {FNORM_LAYERNORM, FNORM_DTYPE_BF16, FNORM_DTYPE_F32, 300, 1024},
       {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 7, 16385},
       {FNORM_RMSNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816},
+      {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 802816},
       {FNORM_LAYERNORM, FNORM_DTYPE_F32, FNORM_DTYPE_SAME, 19, 1048576}};
   int k;
   group_begin("cuda-special: CUDA graph capture, argument checks with device pointers");

@@ -98,11 +98,11 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
   require(pl.carveout == 0 || (pl.mode == MODE_LOOP && pl.smem > 0),
           "forward: a carve-out only for the loop kernel's staged parameters");
   require(kTuningBuild || !pl.variant || pl.mode == MODE_CTA || pl.tier == TIER_WARP ||
-              pl.mode == MODE_LOOP ||
+              pl.mode == MODE_LOOP || pl.mode == MODE_SPREAD ||
               (pl.tier == TIER_ROW && pl.mode == MODE_REG && p.norm == FNORM_LAYERNORM &&
                p.dtype == FNORM_DTYPE_F32 && pl.threads > 256),
           "forward: one barrier's statistics only on fp32 LayerNorm rows in over 256 threads "
-          "(the loop kernel's variant is its form)");
+          "(the loop kernel's variant is its form, the spread kernel's its deferral)");
   /* fwd_batch_kernel: the rows fwd_batch_shape names, 16-byte with gamma in their dtype, from
    * fwd_batch_min_elements, on sm_90 (tuning builds: FNORM_TUNE_FWD_BATCH=0 leaves them to the
    * other tiers) */
@@ -388,6 +388,34 @@ void check_forward(const Plan &pl, const fnorm_problem &p, int vec, const Device
             "(sweeps 91-99, A/B runs CP-CY)");
     require(pl.grid >= 1 && pl.grid <= p.rows, "forward loop kernel: a CTA a row");
     break;
+  case MODE_SPREAD: {
+    require(wide && dev.cc_major >= 9, "forward spread kernel: 16-byte rows, sm_90");
+    require(nvec > 16 * 512 * (int64_t)fwd_reg_vpt(vec),
+            "forward spread kernel: only rows the register kernel's clusters cannot hold");
+    require(kTuningBuild || (p.dtype == FNORM_DTYPE_F32 && p.norm == FNORM_LAYERNORM),
+            "forward spread kernel: fp32 LayerNorm rows (A/B run GO; tuning builds: "
+            "FNORM_TUNE_FWD_SPREAD=2, any 16-byte row)");
+    const int64_t last = nvec - pl.chunk * (pl.grid - 1);
+    require(pl.cluster == 1 && pl.grid >= 1 && pl.grid <= dev.sm_count &&
+                pl.grid <= kSpreadMaxCtas && pl.chunk >= kSpreadMinChunk && last >= 1 &&
+                last <= pl.chunk && 2 * last >= pl.grid,
+            "forward spread kernel: a CTA an SM at most, no cluster, the row covered by chunks of "
+            "at least kSpreadMinChunk vectors, the last with room for a row's posting words");
+    const int data = pl.threads - 32;
+    require(pl.vpt == fwd_spread_vpt(vec) && data % 32 == 0 && data >= 32 &&
+                data <= kSpreadMaxThreads && (int64_t)data * pl.vpt >= pl.chunk &&
+                (int64_t)(data - 32) * pl.vpt < pl.chunk,
+            "forward spread kernel: the fewest whole warps that hold the chunk at its vectors a "
+            "thread, and a control warp");
+    require(pl.nbuf >= 3 && pl.nbuf <= kSpreadMaxStages && pl.variant >= 1 &&
+                pl.nbuf - pl.variant - 1 >= 1 && pl.nbuf - pl.variant - 1 <= 7 &&
+                (kTuningBuild || pl.variant == pl.nbuf / 2 - 1) &&
+                pl.smem == (size_t)pl.nbuf * (pl.chunk * 16 + 16) &&
+                pl.smem + 1024 <= (size_t)dev.max_smem_optin,
+            "forward spread kernel: 3-8 stages of the chunk (and the row's first vector), y "
+            "about half of them behind");
+    break;
+  }
   case MODE_HOLD: {
     require(wide && dev.cc_major >= 9, "forward hold kernel: 16-byte rows, sm_90");
     require(kTuningBuild || (p.dtype == FNORM_DTYPE_F32 && p.norm == FNORM_RMSNORM),
@@ -635,9 +663,10 @@ void check(const Device &d, const Pair &pair, fnorm_norm norm, int64_t rows, int
       g_why[0] = 0;
       if (dir == 0) {
         check_forward(plan_forward(&p, vecs[v], d.info), p, vecs[v], d.info);
-        require(plan_forward(&p, vecs[v], d.info, false).mode != MODE_HOLD,
-                "forward without the hold kernel (in place, or after its launch was refused): "
-                "never planned");
+        require(plan_forward(&p, vecs[v], d.info, false).mode != MODE_HOLD &&
+                    plan_forward(&p, vecs[v], d.info, false).mode != MODE_SPREAD,
+                "forward without the hold or spread kernel (in place, or after its launch was "
+                "refused): never planned");
       } else
         check_backward(plan_backward(&p, vecs[v], d.info, false), p, vecs[v], d.info, false);
       if (dir == 1 && !g_why[0]) { /* and from y */
@@ -1041,12 +1070,32 @@ void check_choices() {
     expect(h200, BF16, LN, 2048, 65536 + 8, false, pl.mode == MODE_REG && pl.variant == 0,
            "two barriers' statistics");
   }
-  /* Forward: fp32 RMSNorm rows past the register kernel's take the hold kernel, not in place: 64
-   * x 802816 in 33 chunks of 6082 vectors, 8 rows at a time (8 rounds, every CTA busy); in place
-   * and on sm_80 the streaming kernel, and LayerNorm rows (A/B run EB). */
+  /* Forward: fp32 LayerNorm rows past the register kernel's take the spread kernel, not in place:
+   * 64 x 802816 over the 132 SMs in chunks of 1521 vectors (the last 1453) at four vectors a
+   * thread, eight stages, y three rows behind (A/B run GO); in place and on sm_80 the
+   * streaming kernel; 524288 (chunks of 993 vectors) and 2^20 (past 480 threads) the streaming
+   * kernel. fp32 RMSNorm rows take the hold kernel, not in place: 64 x 802816 in 33 chunks of 6082
+   * vectors, 8 rows at a time (8 rounds, every CTA busy); in place and on sm_80 the streaming
+   * kernel. */
   {
-    p = problem(F32, RMS, 64, 802816);
+    p = problem(F32, LN, 64, 802816);
     Plan pl = plan_forward(&p, 4, h200.info);
+    expect(h200, F32, LN, 64, 802816, false,
+           pl.mode == MODE_SPREAD && pl.chunk == 1521 && pl.grid == 132 && pl.threads == 416 &&
+               pl.nbuf == 8 && pl.variant == 3,
+           "the spread kernel, 132 chunks of 1521 vectors, 8 stages, y 3 rows behind");
+    expect(h200, F32, LN, 64, 802816, false,
+           plan_forward(&p, 4, h200.info, false).mode == MODE_STREAM, "in place: streaming");
+    expect(a100, F32, LN, 64, 802816, false, plan_forward(&p, 4, a100.info).mode == MODE_STREAM,
+           "sm_80: streaming");
+    p = problem(F32, LN, 256, 524288);
+    expect(h200, F32, LN, 256, 524288, false, plan_forward(&p, 4, h200.info).mode == MODE_STREAM,
+           "chunks of 993 vectors: streaming");
+    p = problem(F32, LN, 128, 1048576);
+    expect(h200, F32, LN, 128, 1048576, false, plan_forward(&p, 4, h200.info).mode == MODE_STREAM,
+           "chunks past 480 threads: streaming");
+    p = problem(F32, RMS, 64, 802816);
+    pl = plan_forward(&p, 4, h200.info);
     expect(h200, F32, RMS, 64, 802816, false,
            pl.mode == MODE_HOLD && pl.nchunks == 33 && pl.chunk == 6082 && pl.grid == 264,
            "the hold kernel, 33 chunks a row, 8 rows at a time");
@@ -1054,9 +1103,6 @@ void check_choices() {
            plan_forward(&p, 4, h200.info, false).mode == MODE_STREAM, "in place: streaming");
     expect(a100, F32, RMS, 64, 802816, false, plan_forward(&p, 4, a100.info).mode == MODE_STREAM,
            "sm_80: streaming");
-    p = problem(F32, LN, 64, 802816);
-    expect(h200, F32, LN, 64, 802816, false, plan_forward(&p, 4, h200.info).mode == MODE_STREAM,
-           "LayerNorm: streaming");
   }
   /* Backward: rows past the register ring, from x, 1.5 rows an SM or more: the ring's RESIDENT
    * form (16-bit; fp32 since sweep 78, and where it takes one stage the hold tier since sweep

@@ -102,10 +102,10 @@ extern "C" fnorm_status fnorm_cuda_forward(const fnorm_problem *p, const fnorm_f
     });
   };
   s = launch(plan);
-  /* The hold kernel's cooperative launch needs every CTA it plans resident at once; where the
-   * device refuses it (fewer SMs given to this process than it has, say), the rows go to the
-   * kernel they take without it. */
-  if (s != FNORM_SUCCESS && plan.mode == MODE_HOLD)
+  /* The hold and spread kernels' cooperative launch needs every CTA it plans resident at once;
+   * where the device refuses it (fewer SMs given to this process than it has, say), the rows go
+   * to the kernel they take without it. */
+  if (s != FNORM_SUCCESS && (plan.mode == MODE_HOLD || plan.mode == MODE_SPREAD))
     s = launch(plan_forward(p, vec, dev, false, gamma_beta));
   return s;
 }

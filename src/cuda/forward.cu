@@ -51,6 +51,11 @@
  *                     place): each row held whole in shared memory, cut into chunks over every
  *                     resident CTA of one cooperative launch, the chunks' statistics posted
  *                     through y (the call has no workspace).
+ *  fwd_spread_kernel  fp32 LayerNorm vector rows of about 634K-1014K elements (sm_90, not in
+ *                     place): one CTA an SM, each owning the same chunk of every row (gamma and
+ *                     beta in registers for the launch), rows staged in shared memory several
+ *                     deep, the chunks' statistics posted through y and y written three rows
+ *                     behind them.
  *  fwd_bulk_kernel    16-bit vector rows past 2^16 vectors (sm_90) whose chunk a CTA's shared
  *                     memory holds: a cluster per row, the chunk copied in by bulk copies piece
  *                     by piece, each piece refilled with the next row's once its y is out.
@@ -972,10 +977,13 @@ __global__ void __maxnreg__(REGS) fwd_cta_reread_kernel(FwdParams a) {
  * row; a vector past nvec, unless FULL, counts as absent): m, their mean's first estimate (the
  * sum times inv_n, 1 / n, n the values present), rel, its correction, and m2, the sum of squares
  * about m + rel. Two passes over the registers, the second converting the packs again: they pass
- * through an empty asm first, so that the compiler does not keep the first pass's floats. */
+ * through an empty asm first, so that the compiler does not keep the first pass's floats. Vector
+ * k of thread t is the row's t + k * stride (0: blockDim.x; fwd_spread_kernel's data threads are
+ * fewer than its CTA's). */
 template <typename T, int VEC, int N, bool FULL>
 __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nvec, float n,
-                                             float inv_n, float &m, float &rel, float &m2) {
+                                             float inv_n, float &m, float &rel, float &m2,
+                                             int stride = 0) {
   float p0 = 0.f, p1 = 0.f;
 #pragma unroll
   for (int k = 0; k < N; ++k)
@@ -996,7 +1004,8 @@ __device__ __forceinline__ void held_moments(Pack<T, VEC> (&raw)[N], int64_t nve
   float d0 = 0.f, d1 = 0.f, q0 = 0.f, q1 = 0.f;
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    const bool mine = FULL || threadIdx.x + (int64_t)k * blockDim.x < nvec;
+    const bool mine =
+        FULL || threadIdx.x + (int64_t)k * (stride ? (unsigned)stride : blockDim.x) < nvec;
 #pragma unroll
     for (int e = 0; e < VEC; e += 2) {
       const float x0 = mine ? pack_f32<T, VEC>(raw[k], e) - m : 0.f;
@@ -2141,7 +2150,7 @@ __global__ void __launch_bounds__(THREADS, fwd_batch_ctas_an_sm(S, R, THREADS, V
         y_pass(prev, q - step, held);
       /* (rows is never written: wait_rows fills held before each y pass. The reset stays
        * because A/B run GI measured the code with it; without it the deferred forms' machine
-       * code differs.) */
+       * code differs, and the fp16 form's spill grows from 92 to 160 bytes: ptxas, session 60.) */
       held = rows;
       issue(prev, q + (S - 1) * step);
       cur = (cur + 1) % S;
@@ -2588,6 +2597,296 @@ static fnorm_status launch_hold(const Plan &plan, const FwdParams &a, cudaStream
     return FNORM_ERR_UNSUPPORTED;
   return launch_cooperative(k, (int64_t)hs.pieces * hs.slots, plan.threads, (size_t)hs.chunk * 16,
                             stream, a, hs.chunk, hs.pieces, plan.nbuf);
+}
+
+/* ---- rows spread over every SM (MODE_SPREAD, sm_90; plan_spread) ----
+ * Few rows too long for a cluster to hold (fp32 64 x 802816: 3.2 MB a row), where the hold
+ * kernel pays a meeting of its chunks each row with nothing else in flight (67-68% of the copy,
+ * RMSNorm) and the streaming kernel reads x twice (56%, LayerNorm). Here each of `gridDim.x`
+ * CTAs (one an SM, one cooperative launch) owns the same `chunk` vectors of every row, so gamma
+ * and beta stay in its registers for the launch, and it takes every row in turn:
+ *   - row i's chunk is copied into shared memory `stages` rows ahead by cp.async (each thread
+ *     its own vectors, which only it reads back: no barrier guards a stage);
+ *   - its statistics (RMSNorm: the sum of squares; LayerNorm: the chunk's mean as an offset
+ *     from the row's first value, which every CTA copies beside its chunk, and the sum of squared
+ *     deviations from that mean, each thread centred on its own mean and combined by Chan's
+ *     update) go, as one 64-bit word (single-copy atomic: a reader that sees its flag bits sees
+ *     its value), to slot `g` of every CTA's posting area for the row: the first gridDim.x words
+ *     of that CTA's chunk of the row in y, which it overwrites with y once it has read them;
+ *   - y of row i - `defer` is written: its words were posted `defer` rows ago, so the wait
+ *     for the other CTAs overlaps this CTA's next rows (the loads of stages - defer - 1 rows
+ *     are in flight meanwhile).
+ * One barrier a row. The last warp holds no data: after the barrier it merges the data warps'
+ * terms of row i and posts them, then reads the words of the row the next iteration writes
+ * (loaded an iteration earlier) and combines them, so that neither the posts' latency nor the
+ * merges stand between the data warps' first pass and their y pass (with the combination in a
+ * data warp before the barrier, A/B run GM measured a fixed cost of about 1.3 us a row). Planned
+ * on fp32 LayerNorm rows alone (plan_forward: A/B run GO, H200, 64 x 802816 55.5% -> 70.7% of
+ * the copy); its RMSNorm form ran at 50-51% there against the hold kernel's 67-70%, which no
+ * change measured so far explains (the pause in the poll, run GO, did not move it), and its
+ * 16-bit forms lost or were level.
+ * The words are cleared by their owner before one grid-wide barrier (the first rows' copies
+ * already in flight). Every CTA combines the words of a row in the same fixed order (lane l
+ * adds words l, l + 32, ..., then a butterfly), so every chunk of the row gets the same
+ * statistics, whatever the timing. Sweep 58 had cut rows over the whole GPU with x read again
+ * from L2 for y and gamma re-read every row, and lost to the streaming kernel; here x is read
+ * once and held on chip, and gamma and beta never re-read. Not in place (the posts go into y). */
+template <typename T, typename P, int VEC, int VPT, bool LN>
+__global__ void __launch_bounds__(kSpreadMaxThreads + 32, 1)
+    fwd_spread_kernel(FwdParams a, int chunk, int stages, int defer) {
+  typedef Pack<T, VEC> V;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ float warp_terms[2][32][4];
+  __shared__ float2 row_terms[2]; /* (mean offset from the row's reference, rstd) */
+  __shared__ float row_ref[8];    /* LayerNorm: row i's reference (its first value) at [i & 7] */
+  V *const stage = reinterpret_cast<V *>(dyn_smem);    /* [stages][chunk] */
+  V *const ref_slot = stage + (int64_t)stages * chunk; /* [stages]: each row's first vector */
+  const int t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int dt = (int)blockDim.x - 32, ndw = dt >> 5; /* data threads; the last warp controls */
+  const bool control = t >= dt;
+  const int ncta = (int)gridDim.x, g = (int)blockIdx.x;
+  const int64_t nvec = a.cols / VEC, v0 = (int64_t)g * chunk;
+  const int count = (int)(nvec - v0 < chunk ? nvec - v0 : chunk);
+  const int lookahead = stages - defer - 1; /* rows in flight beyond the one being read */
+  const T *x = (const T *)a.x;
+  T *y = (T *)a.y;
+  /* CTA h's posting area of row `row` (its chunk's first words in y) */
+  auto area = [&](int64_t row, int h) {
+    return reinterpret_cast<unsigned long long *>(y + row * a.y_stride + (int64_t)h * chunk * VEC);
+  };
+  bool mine[VPT];
+  int nmine = 0;
+  float gp[VPT][VEC], bp[VPT][VEC];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int i = t + k * dt;
+    mine[k] = !control && i < count;
+    nmine += mine[k] ? 1 : 0;
+    load_param<P, VEC>(mine[k] ? (const P *)a.gamma : nullptr, (v0 + (mine[k] ? i : 0)) * VEC, 1.f,
+                       gp[k]);
+    load_param<P, VEC>(mine[k] ? (const P *)a.beta : nullptr, (v0 + (mine[k] ? i : 0)) * VEC, 0.f,
+                       bp[k]);
+  }
+  auto issue = [&](int64_t row) {
+    if (row < a.rows) {
+      V *s = stage + (int)(row % stages) * chunk;
+      const T *xr = x + row * a.x_stride + v0 * VEC;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (mine[k])
+          cp_async_16(s + t + k * dt, xr + (int64_t)(t + k * dt) * VEC);
+      if (LN && t == 0)
+        cp_async_16(ref_slot + row % stages, x + row * a.x_stride);
+    }
+    cp_async_commit(); /* (empty past the last row: one group an iteration) */
+  };
+  if (!control)
+    for (int r = 0; r <= lookahead; ++r)
+      issue(r);
+  for (int64_t j = t; j < a.rows * ncta; j += (int64_t)blockDim.x)
+    area(j / ncta, g)[j % ncta] = 0ull;
+  cg::this_grid().sync(); /* every posting word cleared before any post */
+  const LnCounts counts = ln_counts(nmine * VEC, (int64_t)count * VEC);
+  const float inv_n = count_rcp((float)a.cols);
+  /* the control warp's words of the row it combines next (0: not yet read) */
+  unsigned long long w[kSpreadMaxWords];
+#pragma unroll
+  for (int k = 0; k < kSpreadMaxWords; ++k)
+    w[k] = 0ull;
+  auto load_words = [&](int64_t row) {
+#pragma unroll
+    for (int k = 0; k < kSpreadMaxWords; ++k)
+      if (lane + 32 * k < ncta)
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];"
+                     : "=l"(w[k])
+                     : "l"(area(row, g) + lane + 32 * k)
+                     : "memory");
+  };
+  if (control && defer == 1)
+    load_words(0);
+  for (int64_t i = 0; i < a.rows + defer; ++i) {
+    const int par = (int)(i & 1);
+    const int64_t prow = i - defer; /* the row whose y this iteration writes */
+    if (!control && i < a.rows) {
+      cp_async_wait_upto(lookahead); /* row i's group has landed */
+      const V *s = stage + (int)(i % stages) * chunk;
+      V raw[VPT];
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (mine[k]) {
+          raw[k] = s[t + k * dt];
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            raw[k].v[e] = from_f32<T>(0.f);
+        }
+      }
+      if constexpr (LN) {
+        /* (vectors stride by the data threads: blockDim.x counts the control warp too) */
+        float mt, rel, m2t;
+        held_moments<T, VEC, VPT, false>(raw, count, counts.nt, counts.inv_nt, mt, rel, m2t, dt);
+        warp_ln_post(mt, rel, m2t, counts, warp_terms[par][warp]);
+      } else {
+        float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k)
+          add_squares<T, VEC>(raw[k], p0, p1);
+        float ss[1] = {p0 + p1};
+        group_sum<32, 1>(ss);
+        if (lane == 0)
+          warp_terms[par][warp][0] = ss[0];
+      }
+    }
+    __syncthreads();
+    if (control) {
+      if (i < a.rows) {
+        /* The data warps' terms of row i (warp r's in lane r), posted to every CTA's area of
+         * the row. */
+        unsigned long long word;
+        if constexpr (LN) {
+          const float ref0 = warp_terms[par][0][0];
+          float fn = 0.f, dr = 0.f, m2r = 0.f;
+          if (lane < ndw) {
+            const float4 q = *reinterpret_cast<const float4 *>(warp_terms[par][lane]);
+            fn = q.w;
+            dr = (q.x - ref0) + q.y;
+            m2r = q.z;
+          }
+          float sc[1] = {fn * dr};
+          group_sum<32, 1>(sc);
+          const float c = sc[0] * counts.inv_ncta, er = dr - c;
+          float m2[1] = {fmaf(fn * er, er, m2r)};
+          group_sum<32, 1>(m2);
+          const float ref = pack_f32<T, VEC>(ref_slot[i % stages], 0);
+          if (lane == 0)
+            row_ref[i & 7] = ref;
+          const float d = (ref0 - ref) + c;
+          const float m2c = m2[0] < 0.f ? 0.f : m2[0]; /* (rounding; the sign bit is the flag) */
+          word =
+              ((unsigned long long)(__float_as_uint(m2c) | 0x80000000u) << 32) | __float_as_uint(d);
+        } else {
+          float ss[1] = {lane < ndw ? warp_terms[par][lane][0] : 0.f};
+          group_sum<32, 1>(ss);
+          word = (1ull << 32) | __float_as_uint(ss[0]);
+        }
+        for (int h = lane; h < ncta; h += 32)
+          asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(area(i, h) + g), "l"(word)
+                       : "memory");
+      }
+      /* The statistics of the row the next iteration writes, from its words: each lane waits
+       * for its words' flags (mostly loaded an iteration ago), then the fixed-order sums. */
+      const int64_t nrow = prow + 1;
+      if (nrow >= 0 && nrow < a.rows) {
+#pragma unroll
+        for (int k = 0; k < kSpreadMaxWords; ++k)
+          if (lane + 32 * k < ncta)
+            while (!(w[k] >> 32)) {
+              /* (a pause between reads: every CTA's control warp polling at once slowed the
+               * posts they wait for, A/B runs GM-GN) */
+              __nanosleep(128);
+              asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];"
+                           : "=l"(w[k])
+                           : "l"(area(nrow, g) + lane + 32 * k)
+                           : "memory");
+            }
+        float2 res;
+        if constexpr (LN) {
+          /* word: the chunk's mean as an offset from the row's reference (low half), its sum
+           * of squared deviations with the sign bit set as the flag (high half) */
+          float sc[1] = {0.f};
+#pragma unroll
+          for (int k = 0; k < kSpreadMaxWords; ++k) {
+            const int h = lane + 32 * k;
+            if (h < ncta) {
+              const int64_t left = nvec - (int64_t)h * chunk;
+              const float nh = (float)((left < chunk ? left : chunk) * VEC);
+              sc[0] = fmaf(nh, __uint_as_float((unsigned)w[k]), sc[0]);
+            }
+          }
+          group_sum<32, 1>(sc);
+          const float cr = sc[0] * inv_n;
+          float m2[1] = {0.f};
+#pragma unroll
+          for (int k = 0; k < kSpreadMaxWords; ++k) {
+            const int h = lane + 32 * k;
+            if (h < ncta) {
+              const int64_t left = nvec - (int64_t)h * chunk;
+              const float nh = (float)((left < chunk ? left : chunk) * VEC);
+              const float e = __uint_as_float((unsigned)w[k]) - cr;
+              m2[0] += fmaf(nh * e, e, __uint_as_float((unsigned)(w[k] >> 32) & 0x7fffffffu));
+            }
+          }
+          group_sum<32, 1>(m2);
+          float var = m2[0] * inv_n;
+          var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
+          res = make_float2(cr, 1.f / sqrtf(var + a.eps));
+        } else {
+          float ss[1] = {0.f};
+#pragma unroll
+          for (int k = 0; k < kSpreadMaxWords; ++k)
+            if (lane + 32 * k < ncta)
+              ss[0] += __uint_as_float((unsigned)w[k]);
+          group_sum<32, 1>(ss);
+          res = make_float2(0.f, 1.f / sqrtf(ss[0] * inv_n + a.eps));
+        }
+        if (lane == 0)
+          row_terms[par ^ 1] = res;
+      }
+      /* the words of the row after it, read now so that they are in hand next iteration */
+      if (nrow + 1 >= 0 && nrow + 1 < a.rows)
+        load_words(nrow + 1);
+    } else {
+      if (prow >= 0) {
+        /* y of prow (its statistics combined by the control warp before the barrier: y may
+         * overwrite the words) */
+        const float2 rt = row_terms[par];
+        const float ref = LN ? row_ref[prow & 7] : 0.f, off = rt.x, rstd = rt.y;
+        if (g == 0 && t == 0)
+          store_row_stats(a, prow, LN ? ref + off : 0.f, rstd);
+        const V *s = stage + (int)(prow % stages) * chunk;
+        T *yr = y + prow * a.y_stride + v0 * VEC;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+          if (mine[k]) {
+            const V pk = s[t + k * dt];
+            float out[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              const float xv = pack_f32<T, VEC>(pk, e);
+              const float xhat = LN ? ((xv - ref) - off) * rstd : xv * rstd;
+              out[e] = fmaf(xhat, gp[k][e], bp[k][e]);
+            }
+            store_vec<T, VEC>(yr + (int64_t)(t + k * dt) * VEC, out);
+          }
+        }
+      }
+      issue(prow + stages); /* into prow's stage, which this thread has read */
+    }
+  }
+  cp_async_wait_n<0>(); /* (only empty groups can be pending) */
+}
+
+/* Launches fwd_spread_kernel: one cooperative launch of plan.grid CTAs, one an SM, each a chunk of
+ * plan.chunk vectors of every row (plan_spread), plan.nbuf stages, y written plan.variant rows
+ * behind the statistics. */
+template <typename T, typename P, int VEC>
+static fnorm_status launch_spread(const Plan &plan, const FwdParams &a, cudaStream_t stream) {
+  constexpr int VPT = fwd_spread_vpt(VEC);
+  void (*k)(FwdParams, int, int, int) = a.layernorm ? fwd_spread_kernel<T, P, VEC, VPT, true>
+                                                    : fwd_spread_kernel<T, P, VEC, VPT, false>;
+  if (plan.vpt != VPT || plan.grid > 32 * kSpreadMaxWords ||
+      (int64_t)(plan.threads - 32) * VPT < plan.chunk)
+    return FNORM_ERR_UNSUPPORTED;
+  if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS)
+    return FNORM_ERR_CUDA;
+  int64_t ctas = 0;
+  const fnorm_status st = persistent_units(k, plan.threads, plan.smem, 1, INT32_MAX, &ctas);
+  if (st != FNORM_SUCCESS)
+    return st;
+  if (ctas < plan.grid)
+    return FNORM_ERR_UNSUPPORTED; /* (the dispatch then plans without it) */
+  return launch_cooperative(k, plan.grid, plan.threads, plan.smem, stream, a, (int)plan.chunk,
+                            plan.nbuf, plan.variant);
 }
 
 /* fwd_reg_kernel's form for the plan (nullptr if none), at VPT vectors a thread in CTAs of up
@@ -3109,6 +3408,11 @@ static fnorm_status launch_forward_vec(const Plan &plan, const FwdParams &a, cud
   if (plan.tier == TIER_ROW && plan.mode == MODE_HOLD) {
     if constexpr (VEC * sizeof(T) == 16 && (kTuningBuild || sizeof(T) == 4))
       return launch_hold<T, P, VEC>(plan, a, stream);
+    return FNORM_ERR_UNSUPPORTED;
+  }
+  if (plan.tier == TIER_ROW && plan.mode == MODE_SPREAD) {
+    if constexpr (VEC * sizeof(T) == 16)
+      return launch_spread<T, P, VEC>(plan, a, stream);
     return FNORM_ERR_UNSUPPORTED;
   }
   if (plan.tier == TIER_ROW && plan.mode == MODE_BULK) {

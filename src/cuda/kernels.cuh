@@ -70,13 +70,17 @@ enum Mode {
                       8192-32768; tuning builds any): a CTA a row
                       looping over it vpt vectors a thread a step, x read twice
                       (fwd_loop_kernel) */
-  MODE_HOLD = 8    /* forward (sm_90), 16-byte fp32 RMSNorm rows past the register kernel's, not in
+  MODE_HOLD = 8,   /* forward (sm_90), 16-byte fp32 RMSNorm rows past the register kernel's, not in
                       place: each row held whole in shared memory, cut into `nchunks` chunks
                       over the CTAs of one cooperative launch (fwd_hold_kernel, hold_shape);
                       backward (sm_90), fp32 16-byte rows from x past the ring's RESIDENT
                       form in two stages, likewise (bwd_hold_kernel; `nchunks` the most
                       chunks a row, `nparts` the most rows at a time: its workspace's
                       bounds) */
+  MODE_SPREAD = 9  /* forward (sm_90), 16-byte rows past the register kernel's, not in place:
+                      one CTA an SM, each owning the same chunk of every row, held in shared
+                      memory `nbuf` rows deep, statistics posted through y, y written
+                      `variant` rows behind them (fwd_spread_kernel, plan_spread) */
 };
 
 /* fwd_loop_kernel's FORM bits (MODE_LOOP: Plan.variant is 8 + FORM where FORM is not 0). */
@@ -443,6 +447,21 @@ constexpr int fwd_rows_per_cta(bool rms, int lanes, int vpl) {
     return vpl == 4 ? 2 : 4;
   return vpl == 1 ? (rms ? 8 : 4) : vpl == 2 ? (rms ? 4 : 2) : vpl >= 6 ? 1 : 2;
 }
+
+/* The forward MODE_SPREAD kernel (fwd_spread_kernel): vectors a thread (16 fp32 values of gamma
+ * and of beta held in registers), data threads a CTA, CTAs (a lane combines up to 8 CTAs' words),
+ * the fewest vectors a chunk (A/B run GO, H200: fp32 LayerNorm chunks of 1521 vectors gained 15
+ * points, of 993 lost 2-5: a row costs about a microsecond beyond its bytes) and the most
+ * stages. */
+constexpr int fwd_spread_vpt(int vec) {
+  return vec == 4 ? 4 : 2;
+}
+constexpr int kSpreadMaxThreads =
+    480; /* (data threads; with the control warp 512, 128 registers) */
+constexpr int kSpreadMaxWords = 8;
+constexpr int64_t kSpreadMaxCtas = 32 * kSpreadMaxWords;
+constexpr int64_t kSpreadMinChunk = 1200;
+constexpr int kSpreadMaxStages = 8;
 
 /* Most pieces the forward MODE_BULK kernel copies a CTA's chunk in (its mbarriers). */
 constexpr int kBulkMaxPieces = 8;

@@ -230,6 +230,13 @@ struct Tuning {
                                (fwd_batch_kernel): 1; 0 never (their other kernels) */
   int fwd_batch_form;       /* ... tuning builds: its stage form (fwd_batch_form_stages: 1 three
                                stages, 2 three deferred, 3 two); 0 fwd_batch_shape's */
+  int fwd_spread;           /* forward (sm_90): fp32 LayerNorm rows past the register kernel's,
+                               not in place, spread over every SM (fwd_spread_kernel,
+                               MODE_SPREAD) where plan_spread finds a cut: 1; 0 never (their
+                               other kernels); 2 (tuning builds) every 16-byte row it takes */
+  int fwd_spread_stages;    /* ... tuning builds: its stages (3-8); 0 plan_spread's */
+  int fwd_spread_defer;     /* ... tuning builds: the rows y waits behind the statistics; 0
+                               plan_spread's */
 };
 
 Tuning tuning() {
@@ -239,7 +246,7 @@ Tuning tuning() {
               32, 16,  1, 4,   1,    1,   1,    0, 4,   1,  0, 0,   2, 0,          1, 1, 1,
               1,  128, 1, 1,   1,    1,   4,    1, 512, 1,  1, 320, 3, 1,          0, 1, 1,
               2,  1,   0, 0,   1,    -1,  1024, 0, 0,   0,  0, 1,   2, kHoldParts, 1, 1, 1,
-              (int)kFinVecCols, 1, 0};
+              (int)kFinVecCols, 1, 0, 1, 0, 0};
   // clang-format on
   t.fwd_packed_cl = kFwdPackedCl;
   t.fwd_packed_cl_ln = kFwdPackedClLn;
@@ -303,6 +310,9 @@ Tuning tuning() {
   t.fwd_lean_cl_threads = tune_knob("FNORM_TUNE_FWD_LEAN_CL_THREADS", t.fwd_lean_cl_threads);
   t.fwd_batch = tune_knob("FNORM_TUNE_FWD_BATCH", t.fwd_batch);
   t.fwd_batch_form = tune_knob("FNORM_TUNE_FWD_BATCH_FORM", t.fwd_batch_form);
+  t.fwd_spread = tune_knob("FNORM_TUNE_FWD_SPREAD", t.fwd_spread);
+  t.fwd_spread_stages = tune_knob("FNORM_TUNE_FWD_SPREAD_STAGES", t.fwd_spread_stages);
+  t.fwd_spread_defer = tune_knob("FNORM_TUNE_FWD_SPREAD_DEFER", t.fwd_spread_defer);
   t.fwd_rows = tune_knob("FNORM_TUNE_FWD_ROWS", t.fwd_rows);
   t.bwd_ring_more = tune_knob("FNORM_TUNE_BWD_RING_MORE", t.bwd_ring_more);
   t.bwd_cap_640 = tune_knob("FNORM_TUNE_BWD_CAP640", t.bwd_cap_640);
@@ -598,6 +608,46 @@ static bool plan_hold(Plan &pl, const fnorm_problem *p, int64_t nvec, const Devi
   pl.nbuf = tn.fwd_hold_parts;
   pl.smem = (size_t)cap * 16;
   pl.grid = (int64_t)hs.pieces * hs.slots;
+  return true;
+}
+
+/* MODE_SPREAD for rows of nvec 16-byte vectors of vec elements (sm_90): one CTA an SM, each
+ * owning an even chunk of every row (the last at least half the CTAs' count of vectors: the
+ * posting words of a row), fwd_spread_vpt vectors a thread in at most kSpreadMaxThreads
+ * threads and a control warp, as many stages of the chunk as shared memory holds up to
+ * kSpreadMaxStages, y written about half of them behind the statistics (Plan::variant); false where
+ * no such cut exists. */
+static bool plan_spread(Plan &pl, int vec, int64_t nvec, const DeviceInfo &dev, const Tuning &tn) {
+  const int vpt = fwd_spread_vpt(vec);
+  int64_t ctas = min64(dev.sm_count, kSpreadMaxCtas);
+  const int64_t chunk = ceil_div(nvec, ctas);
+  ctas = ceil_div(nvec, chunk);
+  const int64_t threads = round_up(ceil_div(chunk, vpt), 32);
+  if (chunk < kSpreadMinChunk || 2 * (nvec - (ctas - 1) * chunk) < ctas ||
+      threads > kSpreadMaxThreads)
+    return false;
+  const int64_t stage_bytes = chunk * 16 + 16; /* (and the row's first vector) */
+  int stages = (int)min64(kSpreadMaxStages, (dev.max_smem_optin - 1024) / stage_bytes);
+  if (kTuningBuild && tn.fwd_spread_stages >= 3 && tn.fwd_spread_stages <= stages)
+    stages = tn.fwd_spread_stages;
+  /* (sweep 113, tuning build, 8 stages, fp32 LayerNorm 64 x 802816, y 1-5 rows behind: 18.8%,
+   * 33.1%, 71.0-71.9%, 73.1%, 73.1% of the copy; RMSNorm 17.4-54.1%. Four rows behind is not
+   * planned yet: the GPU tests have not run on it.) */
+  int defer = stages / 2 - 1;
+  if (kTuningBuild && tn.fwd_spread_defer >= 1 && tn.fwd_spread_defer <= stages - 2)
+    defer = tn.fwd_spread_defer;
+  if (stages < 3 || defer < 1 || stages - defer - 1 > 7)
+    return false;
+  pl.tier = TIER_ROW;
+  pl.mode = MODE_SPREAD;
+  pl.cluster = 1;
+  pl.chunk = chunk;
+  pl.vpt = vpt;
+  pl.threads = (int)threads + 32; /* (and the control warp) */
+  pl.nbuf = stages;
+  pl.variant = defer;
+  pl.smem = (size_t)(stages * stage_bytes);
+  pl.grid = ctas;
   return true;
 }
 
@@ -1022,6 +1072,19 @@ Plan plan_forward(const fnorm_problem *p, int vec, const DeviceInfo &dev, bool h
    * RMSNorm +5 to +10 (45% -> 55%); at 393216 (the staged kernel's two buffers) -2.6 and -4.
    * fp32 rows, against the streaming kernel: LayerNorm -8 to -14, RMSNorm -5 to +1.5 (a
    * cluster of 16 a row at one CTA an SM, of which 7 are resident, 112 SMs). */
+  /* fp32 LayerNorm rows past the register kernel's, not in place, whose chunk over every SM is
+   * at least kSpreadMinChunk vectors: spread over every SM (fwd_spread_kernel), each CTA a chunk
+   * of every row, x read once and held on chip, gamma and beta in registers for the launch. A/B
+   * run GO (H200, release builds, against the streaming kernel): 64 x 802816 55.5% -> 70.7% of
+   * the copy, 167 x 802816 57.5% -> 73.0%, but 524288 (chunks of 993 vectors) -2.4 and -5.5;
+   * fp32 RMSNorm lost 16-32 points to the hold kernel (50-51% at 802816, unexplained), bf16
+   * -24 to -26 (RMSNorm 802816) to +2.2 (tuning builds: FNORM_TUNE_FWD_SPREAD=2 any row the
+   * kernel takes). */
+  if (!reg_fits && vbytes == 16 && dev.cc_major >= 9 && hold &&
+      ((tn.fwd_spread == 1 && p->norm == FNORM_LAYERNORM && dtype_bytes(p->dtype) == 4) ||
+       (kTuningBuild && tn.fwd_spread == 2)) &&
+      plan_spread(pl, vec, nvec, dev, tn))
+    return pl;
   if (!reg_fits && vbytes == 16 && dev.cc_major >= 9 &&
       (tn.fwd_bulk >= 2 || (tn.fwd_bulk == 1 && dtype_bytes(p->dtype) == 2 && nvec > 65536)) &&
       plan_bulk(pl, p, nvec, dev, tn))
