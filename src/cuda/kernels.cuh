@@ -77,9 +77,10 @@ enum Mode {
                       form in two stages, likewise (bwd_hold_kernel; `nchunks` the most
                       chunks a row, `nparts` the most rows at a time: its workspace's
                       bounds) */
-  MODE_SPREAD = 9  /* forward (sm_90), 16-byte rows past the register kernel's, not in place:
-                      one CTA an SM, each owning the same chunk of every row, held in shared
-                      memory `nbuf` rows deep, statistics posted through y, y written
+  MODE_SPREAD = 9  /* forward (sm_90), 16-byte fp32 LayerNorm rows past the register kernel's
+                      whose chunk over every SM is 1200-1920 vectors (tuning builds: any row),
+                      not in place: one CTA an SM, each owning the same chunk of every row, held
+                      in shared memory `nbuf` rows deep, statistics posted through y, y written
                       `variant` rows behind them (fwd_spread_kernel, plan_spread) */
 };
 
@@ -456,8 +457,8 @@ constexpr int fwd_rows_per_cta(bool rms, int lanes, int vpl) {
 constexpr int fwd_spread_vpt(int vec) {
   return vec == 4 ? 4 : 2;
 }
-constexpr int kSpreadMaxThreads =
-    480; /* (data threads; with the control warp 512, 128 registers) */
+/* (data threads; with the control warp 512, 128 registers a thread) */
+constexpr int kSpreadMaxThreads = 480;
 constexpr int kSpreadMaxWords = 8;
 constexpr int64_t kSpreadMaxCtas = 32 * kSpreadMaxWords;
 constexpr int64_t kSpreadMinChunk = 1200;
