@@ -1791,11 +1791,9 @@ static fnorm_status launch_bwd_hold(const Plan &plan, BwdParams &a, char *ws, bo
   }
   if (!k || plan.threads != kHoldThreads)
     return FNORM_ERR_UNSUPPORTED;
-  if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS)
-    return FNORM_ERR_CUDA;
   int64_t ctas = 0;
   /* (at most the plan's CTAs: the workspace holds the slots and pieces of a cut over those) */
-  const fnorm_status st = persistent_units(k, plan.threads, plan.smem, 1, plan.nchunks, &ctas);
+  const fnorm_status st = resident_ctas(k, plan.threads, plan.smem, plan.nchunks, &ctas);
   if (st != FNORM_SUCCESS)
     return st;
   HoldShape hs;

@@ -2586,10 +2586,8 @@ static fnorm_status launch_hold(const Plan &plan, const FwdParams &a, cudaStream
   }
   if (!k)
     return FNORM_ERR_UNSUPPORTED;
-  if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS)
-    return FNORM_ERR_CUDA;
   int64_t ctas = 0;
-  const fnorm_status st = persistent_units(k, plan.threads, plan.smem, 1, INT32_MAX, &ctas);
+  const fnorm_status st = resident_ctas(k, plan.threads, plan.smem, INT32_MAX, &ctas);
   if (st != FNORM_SUCCESS)
     return st;
   HoldShape hs;
@@ -2793,29 +2791,25 @@ __global__ void __launch_bounds__(kSpreadMaxThreads + 32, 1)
         if constexpr (LN) {
           /* word: the chunk's mean as an offset from the row's reference (low half), its sum
            * of squared deviations with the sign bit set as the flag (high half) */
+          auto values_of = [&](int h) { /* CTA h's values a row */
+                                        const int64_t left = nvec - (int64_t)h * chunk;
+                                        return (float)((left < chunk ? left : chunk) * VEC);
+          };
           float sc[1] = {0.f};
 #pragma unroll
-          for (int k = 0; k < kSpreadMaxWords; ++k) {
-            const int h = lane + 32 * k;
-            if (h < ncta) {
-              const int64_t left = nvec - (int64_t)h * chunk;
-              const float nh = (float)((left < chunk ? left : chunk) * VEC);
-              sc[0] = fmaf(nh, __uint_as_float((unsigned)w[k]), sc[0]);
-            }
-          }
+          for (int k = 0; k < kSpreadMaxWords; ++k)
+            if (lane + 32 * k < ncta)
+              sc[0] = fmaf(values_of(lane + 32 * k), __uint_as_float((unsigned)w[k]), sc[0]);
           group_sum<32, 1>(sc);
           const float cr = sc[0] * inv_n;
           float m2[1] = {0.f};
 #pragma unroll
-          for (int k = 0; k < kSpreadMaxWords; ++k) {
-            const int h = lane + 32 * k;
-            if (h < ncta) {
-              const int64_t left = nvec - (int64_t)h * chunk;
-              const float nh = (float)((left < chunk ? left : chunk) * VEC);
+          for (int k = 0; k < kSpreadMaxWords; ++k)
+            if (lane + 32 * k < ncta) {
               const float e = __uint_as_float((unsigned)w[k]) - cr;
-              m2[0] += fmaf(nh * e, e, __uint_as_float((unsigned)(w[k] >> 32) & 0x7fffffffu));
+              m2[0] += fmaf(values_of(lane + 32 * k) * e, e,
+                            __uint_as_float((unsigned)(w[k] >> 32) & 0x7fffffffu));
             }
-          }
           group_sum<32, 1>(m2);
           float var = m2[0] * inv_n;
           var = var < 0.f ? 0.f : var; /* not fmaxf: a NaN stays NaN */
@@ -2877,10 +2871,8 @@ static fnorm_status launch_spread(const Plan &plan, const FwdParams &a, cudaStre
   if (plan.vpt != VPT || plan.grid > 32 * kSpreadMaxWords ||
       (int64_t)(plan.threads - 32) * VPT < plan.chunk)
     return FNORM_ERR_UNSUPPORTED;
-  if (kernel_attributes(k, plan.smem, 1) != FNORM_SUCCESS)
-    return FNORM_ERR_CUDA;
   int64_t ctas = 0;
-  const fnorm_status st = persistent_units(k, plan.threads, plan.smem, 1, INT32_MAX, &ctas);
+  const fnorm_status st = resident_ctas(k, plan.threads, plan.smem, INT32_MAX, &ctas);
   if (st != FNORM_SUCCESS)
     return st;
   if (ctas < plan.grid)

@@ -642,6 +642,16 @@ fnorm_status persistent_units(void (*kernel)(KArgs...), int threads, size_t smem
   return FNORM_SUCCESS;
 }
 
+/* The CTAs of `kernel` (no cluster) resident at once at `threads` threads and `smem` bytes of
+ * dynamic shared memory, its attributes set first: what a cooperative launch may take. */
+template <typename... KArgs>
+fnorm_status resident_ctas(void (*kernel)(KArgs...), int threads, size_t smem, int64_t max_ctas,
+                           int64_t *ctas) {
+  if (kernel_attributes(kernel, smem, 1) != FNORM_SUCCESS)
+    return FNORM_ERR_CUDA;
+  return persistent_units(kernel, threads, smem, 1, max_ctas, ctas);
+}
+
 /* Launch a kernel by a configuration launch_config made; returns FNORM_ERR_CUDA on any failure. */
 template <typename... KArgs, typename... Args>
 fnorm_status launch_configured(const cudaLaunchConfig_t &cfg, void (*kernel)(KArgs...),
