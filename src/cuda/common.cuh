@@ -1006,15 +1006,17 @@ __device__ __forceinline__ void warp_ln_post(float base, float rel, float m2t, c
     *reinterpret_cast<float4 *>(post) = make_float4(mw, cw, w[0], n.nw);
 }
 /* The CTA's half, after a __syncthreads that follows every warp's post: warps[w] holds warp w's
- * terms. Every thread gets the same bits. */
+ * terms for each of the first `nwarps` warps (cta_ln_merge: every warp of the CTA;
+ * fwd_spread_kernel's control warp posts none). Every thread gets the same bits. */
 template <int HOW = WARPS_LANES>
-__device__ __forceinline__ ChunkStats cta_ln_merge(const float (*warps)[4], const LnCounts &n) {
+__device__ __forceinline__ ChunkStats cta_ln_merge_warps(const float (*warps)[4], const LnCounts &n,
+                                                         int nwarps) {
   /* The CTA, relative to warp 0's reference: lane r takes warp r's terms. */
   const float ref = warps[0][0];
   ChunkStats st;
   st.ref = ref;
   st.n = n.ncta;
-  const int nwarps = (int)(blockDim.x >> 5), lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31;
   if (HOW == WARPS_MIXED && nwarps <= 8) {
     float sc = 0.f;
     for (int r = 0; r < nwarps; ++r) {
@@ -1046,6 +1048,10 @@ __device__ __forceinline__ ChunkStats cta_ln_merge(const float (*warps)[4], cons
   group_sum<32, 1>(m2);
   st.m2 = m2[0];
   return st;
+}
+template <int HOW = WARPS_LANES>
+__device__ __forceinline__ ChunkStats cta_ln_merge(const float (*warps)[4], const LnCounts &n) {
+  return cta_ln_merge_warps<HOW>(warps, n, (int)(blockDim.x >> 5));
 }
 template <int HOW = WARPS_LANES>
 __device__ __forceinline__ ChunkStats cta_ln_combine(float base, float rel, float m2t,

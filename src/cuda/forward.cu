@@ -2742,24 +2742,12 @@ __global__ void __launch_bounds__(kSpreadMaxThreads + 32, 1)
          * the row. */
         unsigned long long word;
         if constexpr (LN) {
-          const float ref0 = warp_terms[par][0][0];
-          float fn = 0.f, dr = 0.f, m2r = 0.f;
-          if (lane < ndw) {
-            const float4 q = *reinterpret_cast<const float4 *>(warp_terms[par][lane]);
-            fn = q.w;
-            dr = (q.x - ref0) + q.y;
-            m2r = q.z;
-          }
-          float sc[1] = {fn * dr};
-          group_sum<32, 1>(sc);
-          const float c = sc[0] * counts.inv_ncta, er = dr - c;
-          float m2[1] = {fmaf(fn * er, er, m2r)};
-          group_sum<32, 1>(m2);
+          const ChunkStats cs = cta_ln_merge_warps(warp_terms[par], counts, ndw);
           const float ref = pack_f32<T, VEC>(ref_slot[i % stages], 0);
           if (lane == 0)
             row_ref[i & 7] = ref;
-          const float d = (ref0 - ref) + c;
-          const float m2c = m2[0] < 0.f ? 0.f : m2[0]; /* (rounding; the sign bit is the flag) */
+          const float d = (cs.ref - ref) + cs.c;
+          const float m2c = cs.m2 < 0.f ? 0.f : cs.m2; /* (rounding; the sign bit is the flag) */
           word =
               ((unsigned long long)(__float_as_uint(m2c) | 0x80000000u) << 32) | __float_as_uint(d);
         } else {
